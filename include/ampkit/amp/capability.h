@@ -1,0 +1,96 @@
+// What the hardware and the running LibTorch can do in reduced precision:
+// the facts autocast checks and the Accelerator's `auto` precision uses.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+namespace ampkit {
+
+/// Reduced-precision instructions of the host CPU, each true only when the
+/// CPU reports it (CPUID) and the OS has enabled its register state (XCR0).
+struct CpuCapability {
+  std::string vendor; ///< CPUID vendor string, "" off x86
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false; ///< fp16 <-> fp32 conversion only, no fp16 math
+  bool avx512f = false;
+  bool avx512_bf16 = false; ///< VDPBF16PS: bf16 dot products
+  bool avx512_fp16 = false; ///< native fp16 arithmetic
+  bool amx_bf16 = false; ///< AMX tiles with bf16 matmul
+  bool amx_fp16 = false; ///< AMX tiles with fp16 matmul
+  bool neon_bf16 = false; ///< Arm BF16 extension (aarch64)
+
+  /// bf16 matmuls run natively (AVX512-BF16, AMX-BF16 or Arm BF16), so bf16
+  /// autocast is faster than fp32 rather than 15-20x slower.
+  bool native_bf16() const {
+    return avx512_bf16 || amx_bf16 || neon_bf16;
+  }
+  /// fp16 arithmetic runs natively (AVX512-FP16 or AMX-FP16).
+  bool native_fp16() const {
+    return avx512_fp16 || amx_fp16;
+  }
+};
+
+/// One CUDA device and what its compute capability implies.
+struct CudaDeviceCapability {
+  int index = 0;
+  std::string name;
+  int major = 0; ///< compute capability major (8 for A100, 9 for H100)
+  int minor = 0;
+
+  /// fp16 tensor cores: compute capability >= 7.0 (Volta).
+  bool fp16_tensor_cores() const {
+    return major >= 7;
+  }
+  /// bf16 autocast: compute capability >= 8.0 (Ampere).
+  bool bf16() const {
+    return major >= 8;
+  }
+  /// fp8 tensor cores: compute capability >= 8.9 (Ada, Hopper and newer).
+  bool fp8() const {
+    return major > 8 || (major == 8 && minor >= 9);
+  }
+};
+
+/// The facts precision checks are made against. `current()` reads them from
+/// this machine and LibTorch; tests build their own to cover other hardware.
+struct Capabilities {
+  int torch_major = 0;
+  int torch_minor = 0;
+  bool cuda_available = false; ///< LibTorch has CUDA and sees a GPU
+  int current_cuda_device = 0;
+  CpuCapability cpu;
+  std::vector<CudaDeviceCapability> cuda_devices;
+
+  static Capabilities current();
+};
+
+/// Reads CPUID/XCR0 (x86) or the auxiliary vector (aarch64).
+CpuCapability cpu_capability();
+
+/// One entry per visible CUDA device; empty without CUDA.
+std::vector<CudaDeviceCapability> cuda_capabilities();
+
+/// Why autocast with `dtype` on `device_type` cannot run here, as a complete
+/// message that says what to do instead; empty when it can.
+std::optional<std::string> autocast_unsupported_reason(
+    c10::DeviceType device_type,
+    c10::ScalarType dtype,
+    const Capabilities& caps);
+
+/// Throws ampkit::Unsupported (or InvalidArgument for a dtype autocast never
+/// takes) with autocast_unsupported_reason's message when there is one.
+void check_autocast_supported(
+    c10::DeviceType device_type,
+    c10::ScalarType dtype,
+    const Capabilities& caps = Capabilities::current());
+
+/// One line per device: "cpu: avx512_bf16 amx_bf16 ... native bf16: yes".
+std::string describe(const Capabilities& caps);
+
+} // namespace ampkit

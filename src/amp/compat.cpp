@@ -1,0 +1,195 @@
+// Version switches for autocast and the GradScaler kernels (see compat.h), and
+// the unscale fallback for LibTorch builds without a CPU kernel.
+#include "amp/compat.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "ampkit/error.h"
+
+namespace ampkit::detail {
+
+#if AMPKIT_TORCH_AT_LEAST(2, 4)
+
+bool autocast_is_enabled(c10::DeviceType device_type) {
+  return at::autocast::is_autocast_enabled(device_type);
+}
+void autocast_set_enabled(c10::DeviceType device_type, bool enabled) {
+  at::autocast::set_autocast_enabled(device_type, enabled);
+}
+c10::ScalarType autocast_get_dtype(c10::DeviceType device_type) {
+  return at::autocast::get_autocast_dtype(device_type);
+}
+void autocast_set_dtype(c10::DeviceType device_type, c10::ScalarType dtype) {
+  at::autocast::set_autocast_dtype(device_type, dtype);
+}
+
+#else
+
+namespace {
+[[noreturn]] void unsupported_device(c10::DeviceType device_type) {
+  throw InvalidArgument(
+      "Autocast",
+      "autocast is not available for device type " +
+          c10::DeviceTypeName(device_type) +
+          " in this LibTorch. Use torch::kCPU or torch::kCUDA.");
+}
+} // namespace
+
+bool autocast_is_enabled(c10::DeviceType device_type) {
+  switch (device_type) {
+    case c10::DeviceType::CPU:
+      return at::autocast::is_cpu_enabled();
+    case c10::DeviceType::CUDA:
+      return at::autocast::is_enabled();
+    default:
+      unsupported_device(device_type);
+  }
+}
+void autocast_set_enabled(c10::DeviceType device_type, bool enabled) {
+  switch (device_type) {
+    case c10::DeviceType::CPU:
+      return at::autocast::set_cpu_enabled(enabled);
+    case c10::DeviceType::CUDA:
+      return at::autocast::set_enabled(enabled);
+    default:
+      unsupported_device(device_type);
+  }
+}
+c10::ScalarType autocast_get_dtype(c10::DeviceType device_type) {
+  switch (device_type) {
+    case c10::DeviceType::CPU:
+      return at::autocast::get_autocast_cpu_dtype();
+    case c10::DeviceType::CUDA:
+      return at::autocast::get_autocast_gpu_dtype();
+    default:
+      unsupported_device(device_type);
+  }
+}
+void autocast_set_dtype(c10::DeviceType device_type, c10::ScalarType dtype) {
+  switch (device_type) {
+    case c10::DeviceType::CPU:
+      return at::autocast::set_autocast_cpu_dtype(dtype);
+    case c10::DeviceType::CUDA:
+      return at::autocast::set_autocast_gpu_dtype(dtype);
+    default:
+      unsupported_device(device_type);
+  }
+}
+
+#endif
+
+bool has_amp_kernels(c10::DeviceType device_type) {
+  if (device_type == c10::DeviceType::CUDA) {
+    return true;
+  }
+  return device_type == c10::DeviceType::CPU && AMPKIT_TORCH_AT_LEAST(2, 3);
+}
+
+namespace {
+
+// One pass over a contiguous float buffer: reads each value once, writes it
+// scaled. `v * 0` is 0 for finite v and NaN for inf/NaN, so summing it per
+// lane flags non-finite values without a branch the compiler cannot
+// vectorise. Returns true when a non-finite value was seen.
+template <typename T>
+bool check_and_scale_span(T* data, int64_t n, T inv, bool scale) {
+  constexpr int kLanes = 16;
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const T v = data[i + l];
+      acc[l] += v * T(0);
+      if (scale) {
+        data[i + l] = v * inv;
+      }
+    }
+  }
+  T tail = 0;
+  for (; i < n; ++i) {
+    tail += data[i] * T(0);
+    if (scale) {
+      data[i] *= inv;
+    }
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    tail += acc[l];
+  }
+  return tail != T(0);
+}
+
+template <typename T>
+bool check_and_scale_contiguous(at::Tensor& grad, T inv) {
+  T* data = grad.data_ptr<T>();
+  const bool scale = inv != T(1);
+  std::atomic<bool> found{false};
+  // 64k elements per task: large enough that threads stream memory, small
+  // enough that a 10M-element tensor is split across every core.
+  at::parallel_for(0, grad.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+    if (check_and_scale_span(data + begin, end - begin, inv, scale)) {
+      found.store(true, std::memory_order_relaxed);
+    }
+  });
+  return found.load();
+}
+
+void fallback_non_finite_check_and_unscale_(
+    at::TensorList grads,
+    at::Tensor& found_inf,
+    const at::Tensor& inv_scale) {
+  if (grads.empty()) {
+    return;
+  }
+  if (found_inf.is_cpu()) {
+    // CPU tensors: reading the scalars costs no device synchronisation.
+    const float inv = inv_scale.item<float>();
+    bool found = false;
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& g : grads) {
+      at::Tensor grad = g;
+      if (grad.is_contiguous() && grad.scalar_type() == at::kFloat) {
+        found |= check_and_scale_contiguous<float>(grad, inv);
+      } else if (grad.is_contiguous() && grad.scalar_type() == at::kDouble) {
+        found |= check_and_scale_contiguous<double>(grad, double(inv));
+      } else {
+        found |= !at::isfinite(grad).all().item<bool>();
+        if (inv != 1.0f) {
+          grad.mul_(inv);
+        }
+      }
+    }
+    if (found) {
+      found_inf.fill_(1.0);
+    }
+    return;
+  }
+  // Other devices without a kernel: stay on the device, no host sync.
+  for (const at::Tensor& g : grads) {
+    at::Tensor grad = g;
+    at::Tensor bad = at::isfinite(grad).all().logical_not().to(at::kFloat);
+    found_inf.copy_(at::maximum(found_inf, bad));
+    grad.mul_(inv_scale.to(grad.scalar_type()));
+  }
+}
+
+} // namespace
+
+void non_finite_check_and_unscale_(
+    at::TensorList grads,
+    at::Tensor& found_inf,
+    const at::Tensor& inv_scale) {
+  if (grads.empty()) {
+    return;
+  }
+  if (has_amp_kernels(found_inf.device().type())) {
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+  } else {
+    fallback_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+  }
+}
+
+} // namespace ampkit::detail

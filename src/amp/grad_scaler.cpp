@@ -1,0 +1,725 @@
+// GradScaler: PyTorch's torch/amp/grad_scaler.py stage machine and update
+// rule in C++, with ATen's kernels where LibTorch has them for the device.
+#include "ampkit/amp/grad_scaler.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "amp/compat.h"
+#include "amp/scale_update.h"
+#include "ampkit/error.h"
+
+namespace ampkit {
+
+namespace {
+
+constexpr const char* kComponent = "GradScaler";
+
+std::string num(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+void check_growth_factor(double v) {
+  if (!(v > 1.0) || !std::isfinite(v)) {
+    throw InvalidArgument(
+        kComponent,
+        "growth_factor must be > 1.0 and finite, got " + num(v) +
+            ". It multiplies the scale after growth_interval clean steps; "
+            "PyTorch's default is 2.0.");
+  }
+}
+void check_backoff_factor(double v) {
+  if (!(v > 0.0 && v < 1.0)) {
+    throw InvalidArgument(
+        kComponent,
+        "backoff_factor must be in (0, 1), got " + num(v) +
+            ". It multiplies the scale after a step with inf/NaN gradients; "
+            "PyTorch's default is 0.5.");
+  }
+}
+void check_growth_interval(int64_t v) {
+  if (v < 1 || v > INT32_MAX) {
+    throw InvalidArgument(
+        kComponent,
+        "growth_interval must be >= 1 (and fit in int32), got " +
+            std::to_string(v) +
+            ". It counts the clean steps before the scale grows; PyTorch's "
+            "default is 2000.");
+  }
+}
+void check_scale_value(const char* what, double v) {
+  if (!(v > 0.0) || !std::isfinite(v) || v > 3.4028234663852886e38) {
+    throw InvalidArgument(
+        kComponent,
+        std::string(what) + " must be a positive, finite float32, got " +
+            num(v) + ". PyTorch's default init_scale is 65536.0 (2^16).");
+  }
+}
+
+void validate(const GradScalerOptions& o) {
+  check_scale_value("init_scale", o.init_scale());
+  check_growth_factor(o.growth_factor());
+  check_backoff_factor(o.backoff_factor());
+  check_growth_interval(o.growth_interval());
+  if (o.hysteresis() < 1) {
+    throw InvalidArgument(
+        kComponent,
+        "hysteresis must be >= 1, got " + std::to_string(o.hysteresis()) +
+            ". 1 backs off on every overflow (PyTorch); N waits for N "
+            "overflows in a row.");
+  }
+  if (!(o.min_scale() >= 0.0) || !std::isfinite(o.min_scale()) ||
+      o.min_scale() > o.init_scale()) {
+    throw InvalidArgument(
+        kComponent,
+        "min_scale must be in [0, init_scale=" + num(o.init_scale()) +
+            "], got " + num(o.min_scale()) + ". 0 means no floor.");
+  }
+  if (o.max_skipped_steps_at_min_scale() < 0) {
+    throw InvalidArgument(
+        kComponent,
+        "max_skipped_steps_at_min_scale must be >= 0, got " +
+            std::to_string(o.max_skipped_steps_at_min_scale()) +
+            ". 0 never stops training.");
+  }
+  if (o.max_skipped_steps_at_min_scale() > 0 && o.min_scale() == 0.0) {
+    throw InvalidArgument(
+        kComponent,
+        "max_skipped_steps_at_min_scale=" +
+            std::to_string(o.max_skipped_steps_at_min_scale()) +
+            " needs a floor, got min_scale 0. Set min_scale (for example "
+            "1.0) as well.");
+  }
+}
+
+bool uses_extensions(const GradScalerOptions& o) {
+  return o.hysteresis() > 1 || o.min_scale() > 0.0 ||
+      o.max_skipped_steps_at_min_scale() > 0;
+}
+
+std::string position_name(size_t group, size_t index) {
+  return "param_groups[" + std::to_string(group) + "][" +
+      std::to_string(index) + "]";
+}
+
+} // namespace
+
+namespace detail {
+
+ScaleState next_scale_state(
+    const ScaleState& state,
+    bool found_inf,
+    const GradScalerOptions& o) {
+  ScaleState next = state;
+  if (found_inf) {
+    next.growth_tracker = 0;
+    next.consecutive_overflows = state.consecutive_overflows + 1;
+    const float floor = static_cast<float>(o.min_scale());
+    const bool at_floor = o.min_scale() > 0.0 && state.scale <= floor;
+    next.skipped_at_min_scale = at_floor ? state.skipped_at_min_scale + 1 : 0;
+    if (next.consecutive_overflows >= o.hysteresis()) {
+      float backed_off = static_cast<float>(state.scale * o.backoff_factor());
+      if (o.min_scale() > 0.0 && backed_off < floor) {
+        backed_off = floor;
+      }
+      next.scale = backed_off;
+    }
+    return next;
+  }
+  next.consecutive_overflows = 0;
+  next.skipped_at_min_scale = 0;
+  // A clean step: the tracker counts it before comparing with the interval.
+  const int64_t successful = int64_t(state.growth_tracker) + 1;
+  if (successful == o.growth_interval()) {
+    const float grown = static_cast<float>(state.scale * o.growth_factor());
+    if (std::isfinite(grown)) {
+      next.scale = grown;
+    }
+    next.growth_tracker = 0;
+  } else {
+    next.growth_tracker = static_cast<int32_t>(successful);
+  }
+  return next;
+}
+
+} // namespace detail
+
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(std::move(options)), init_scale_(options_.init_scale()) {
+  validate(options_);
+}
+
+void GradScaler::check_initialised(const char* funcname) const {
+  if (!scale_.defined()) {
+    throw UsageError(
+        kComponent,
+        std::string("Attempted ") + funcname +
+            " but _scale is None.  This may indicate your script did not use "
+            "scaler.scale(loss or outputs) earlier in the iteration.");
+  }
+}
+
+void GradScaler::lazy_init(const c10::Device& device) {
+  const auto on = at::TensorOptions().device(device);
+  scale_ = at::full({}, init_scale_, on.dtype(at::kFloat));
+  growth_tracker_ = at::full({}, init_growth_tracker_, on.dtype(at::kInt));
+}
+
+torch::Tensor GradScaler::scale(const torch::Tensor& outputs) {
+  if (!options_.enabled()) {
+    return outputs;
+  }
+  if (!scale_.defined()) {
+    lazy_init(outputs.device());
+  }
+  return outputs * scale_.to(outputs.device(), /*non_blocking=*/true);
+}
+
+std::vector<torch::Tensor> GradScaler::scale(
+    const std::vector<torch::Tensor>& outputs) {
+  if (!options_.enabled() || outputs.empty()) {
+    return outputs;
+  }
+  if (!scale_.defined()) {
+    lazy_init(outputs.front().device());
+  }
+  // One copy of the scale per device, as PyTorch's _MultiDeviceReplicator.
+  std::vector<std::pair<c10::Device, torch::Tensor>> copies;
+  std::vector<torch::Tensor> scaled;
+  scaled.reserve(outputs.size());
+  for (const auto& out : outputs) {
+    const torch::Tensor* copy = nullptr;
+    for (const auto& [device, t] : copies) {
+      if (device == out.device()) {
+        copy = &t;
+      }
+    }
+    if (copy == nullptr) {
+      copies.emplace_back(out.device(), scale_.to(out.device(), true));
+      copy = &copies.back().second;
+    }
+    scaled.push_back(out * *copy);
+  }
+  return scaled;
+}
+
+std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
+    torch::optim::Optimizer& optimizer,
+    const torch::Tensor& inv_scale,
+    bool allow_fp16) {
+  struct Group {
+    c10::Device device;
+    at::ScalarType dtype;
+    std::vector<at::Tensor> grads;
+  };
+  std::vector<Group> groups;
+  at::NoGradGuard no_grad;
+  auto& param_groups = optimizer.param_groups();
+  for (size_t g = 0; g < param_groups.size(); ++g) {
+    auto& params = param_groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor& param = params[i];
+      if (!param.grad().defined()) {
+        continue;
+      }
+      if (!allow_fp16 && param.grad().scalar_type() == at::kHalf) {
+        auto named = parameter_names_.find(param.unsafeGetTensorImpl());
+        const std::string name = named != parameter_names_.end()
+            ? named->second + " (" + position_name(g, i) + ")"
+            : position_name(g, i);
+        throw InvalidArgument(
+            kComponent,
+            "Attempting to unscale FP16 gradients. Parameter " + name +
+                " is float16, so its gradient is too, and an fp16 gradient "
+                "cannot hold the unscaled values reliably. Keep trainable "
+                "parameters in fp32 (do not call model->to(torch::kHalf)); "
+                "autocast casts them to fp16 inside the forward pass.");
+      }
+      at::Tensor to_unscale;
+      if (param.grad().is_sparse()) {
+        // Duplicate indices are summed by coalesce(); in fp16 that sum may
+        // overflow, so the coalesced values are what must be checked.
+        if (param.grad().scalar_type() == at::kHalf) {
+          param.mutable_grad() = param.grad().coalesce();
+        }
+        to_unscale = param.grad()._values();
+      } else {
+        to_unscale = param.grad();
+      }
+      Group* target = nullptr;
+      for (auto& group : groups) {
+        if (group.device == to_unscale.device() &&
+            group.dtype == to_unscale.scalar_type()) {
+          target = &group;
+        }
+      }
+      if (target == nullptr) {
+        groups.push_back(
+            Group{to_unscale.device(), to_unscale.scalar_type(), {}});
+        target = &groups.back();
+      }
+      target->grads.push_back(to_unscale);
+    }
+  }
+
+  std::vector<std::pair<c10::Device, torch::Tensor>> found_inf_per_device;
+  std::vector<std::pair<c10::Device, torch::Tensor>> inv_scale_per_device;
+  for (auto& group : groups) {
+    torch::Tensor* found_inf = nullptr;
+    torch::Tensor* inv = nullptr;
+    for (auto& [device, t] : found_inf_per_device) {
+      if (device == group.device) {
+        found_inf = &t;
+      }
+    }
+    for (auto& [device, t] : inv_scale_per_device) {
+      if (device == group.device) {
+        inv = &t;
+      }
+    }
+    if (found_inf == nullptr) {
+      found_inf_per_device.emplace_back(
+          group.device,
+          at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(group.device)));
+      found_inf = &found_inf_per_device.back().second;
+      inv_scale_per_device.emplace_back(
+          group.device, inv_scale.to(group.device, /*non_blocking=*/true));
+      inv = &inv_scale_per_device.back().second;
+    }
+    detail::non_finite_check_and_unscale_(group.grads, *found_inf, *inv);
+  }
+  return found_inf_per_device;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialised("unscale_");
+  OptimizerState& state = per_optimizer_states_[&optimizer];
+  if (state.stage == Stage::unscaled) {
+    throw UsageError(
+        kComponent,
+        "unscale_() has already been called on this optimizer since the last "
+        "update().");
+  }
+  if (state.stage == Stage::stepped) {
+    throw UsageError(kComponent, "unscale_() is being called after step().");
+  }
+  // The reciprocal is taken in double: float division can be inexact under
+  // some compile options.
+  const torch::Tensor inv_scale =
+      scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  state.found_inf_per_device =
+      unscale_grads(optimizer, inv_scale, /*allow_fp16=*/false);
+  state.stage = Stage::unscaled;
+}
+
+std::optional<torch::Tensor> GradScaler::step(
+    torch::optim::Optimizer& optimizer,
+    torch::optim::Optimizer::LossClosure closure) {
+  if (!options_.enabled()) {
+    return optimizer.step(std::move(closure));
+  }
+  if (closure) {
+    throw UsageError(
+        kComponent,
+        "Closure use is not currently supported if GradScaler is enabled. "
+        "Call the closure yourself, then scaler.step(optimizer).");
+  }
+  check_initialised("step");
+  OptimizerState& state = per_optimizer_states_[&optimizer];
+  if (state.stage == Stage::stepped) {
+    throw UsageError(
+        kComponent, "step() has already been called since the last update().");
+  }
+  if (state.stage == Stage::ready) {
+    unscale_(optimizer);
+  }
+  if (state.found_inf_per_device.empty()) {
+    throw UsageError(
+        kComponent,
+        "No inf checks were recorded for this optimizer. None of its "
+        "parameters has a gradient: run backward() on scaler.scale(loss) "
+        "before step(), with a loss that depends on these parameters.");
+  }
+  bool found_inf = false;
+  for (const auto& [device, t] : state.found_inf_per_device) {
+    found_inf = found_inf || t.item<float>() != 0.0f;
+  }
+  std::optional<torch::Tensor> result;
+  if (!found_inf) {
+    result = optimizer.step();
+  } else if (options_.report_overflow()) {
+    auto names = non_finite_parameters(optimizer);
+    overflowed_parameters_.insert(
+        overflowed_parameters_.end(), names.begin(), names.end());
+  }
+  state.stage = Stage::stepped;
+  return result;
+}
+
+bool GradScaler::uses_host_update() const {
+  return uses_extensions(options_) || options_.report_overflow() ||
+      !detail::has_amp_kernels(scale_.device().type());
+}
+
+void GradScaler::update() {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialised("update");
+  std::vector<torch::Tensor> found_infs;
+  for (const auto& [opt, state] : per_optimizer_states_) {
+    for (const auto& [device, t] : state.found_inf_per_device) {
+      found_infs.push_back(t.to(scale_.device(), /*non_blocking=*/true));
+    }
+  }
+  if (found_infs.empty()) {
+    throw UsageError(
+        kComponent,
+        "No inf checks were recorded prior to update. Call "
+        "scaler.step(optimizer) (or unscale_) for each optimizer before "
+        "update().");
+  }
+  torch::Tensor combined = found_infs.front();
+  for (size_t i = 1; i < found_infs.size(); ++i) {
+    combined = combined + found_infs[i];
+  }
+  per_optimizer_states_.clear();
+  if (uses_host_update()) {
+    update_on_host(combined);
+  } else {
+    at::_amp_update_scale_(
+        scale_,
+        growth_tracker_,
+        combined,
+        options_.growth_factor(),
+        options_.backoff_factor(),
+        options_.growth_interval());
+  }
+  overflowed_parameters_.clear();
+  ++updates_;
+}
+
+void GradScaler::update_on_host(const torch::Tensor& found_inf) {
+  const bool found = found_inf.item<float>() != 0.0f;
+  detail::ScaleState state;
+  state.scale = scale_.item<float>();
+  state.growth_tracker = growth_tracker_.item<int32_t>();
+  state.consecutive_overflows = consecutive_overflows_;
+  state.skipped_at_min_scale = skipped_at_min_scale_;
+  const detail::ScaleState next =
+      detail::next_scale_state(state, found, options_);
+  scale_.fill_(next.scale);
+  growth_tracker_.fill_(next.growth_tracker);
+  consecutive_overflows_ = next.consecutive_overflows;
+  skipped_at_min_scale_ = next.skipped_at_min_scale;
+  if (found && options_.report_overflow()) {
+    report(state.scale, next.scale);
+  }
+  const int64_t limit = options_.max_skipped_steps_at_min_scale();
+  if (limit > 0 && skipped_at_min_scale_ >= limit) {
+    throw TrainingDiverged(
+        kComponent,
+        "training diverged: " + std::to_string(skipped_at_min_scale_) +
+            " steps in a row were skipped with the loss scale at its floor "
+            "min_scale=" +
+            num(options_.min_scale()) +
+            ", so the gradients are inf/NaN even at the smallest scale "
+            "allowed. Lower the learning rate, clip gradients "
+            "(clip_grad_norm_), check the inputs and the loss for inf/NaN, "
+            "or train in bf16, which needs no loss scaling.");
+  }
+}
+
+void GradScaler::report(double old_scale, double new_scale) {
+  OverflowReport r;
+  r.step = updates_;
+  r.old_scale = old_scale;
+  r.new_scale = new_scale;
+  r.parameters = overflowed_parameters_;
+  last_overflow_ = r;
+  if (overflow_callback_) {
+    overflow_callback_(r);
+    return;
+  }
+  std::ostringstream line;
+  line << "ampkit GradScaler: step " << r.step
+       << " skipped, non-finite gradients in ";
+  for (size_t i = 0; i < r.parameters.size(); ++i) {
+    line << (i ? ", " : "") << r.parameters[i];
+  }
+  line << "; scale " << num(old_scale) << " -> " << num(new_scale) << '\n';
+  std::cerr << line.str();
+}
+
+std::vector<std::string> GradScaler::non_finite_parameters(
+    torch::optim::Optimizer& optimizer) const {
+  std::vector<std::string> names;
+  auto& param_groups = optimizer.param_groups();
+  for (size_t g = 0; g < param_groups.size(); ++g) {
+    const auto& params = param_groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& grad = params[i].grad();
+      if (!grad.defined()) {
+        continue;
+      }
+      const at::Tensor values = grad.is_sparse() ? grad._values() : grad;
+      if (at::isfinite(values).all().item<bool>()) {
+        continue;
+      }
+      auto named = parameter_names_.find(params[i].unsafeGetTensorImpl());
+      names.push_back(
+          named != parameter_names_.end() ? named->second
+                                          : position_name(g, i));
+    }
+  }
+  return names;
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialised("update");
+  check_scale_value("new_scale", new_scale);
+  scale_.fill_(new_scale);
+  per_optimizer_states_.clear();
+  overflowed_parameters_.clear();
+}
+
+void GradScaler::update(const torch::Tensor& new_scale) {
+  if (!options_.enabled()) {
+    return;
+  }
+  check_initialised("update");
+  if (!new_scale.defined() || new_scale.numel() != 1 ||
+      new_scale.requires_grad()) {
+    throw InvalidArgument(
+        kComponent,
+        "new_scale should be a float or a 1-element tensor with "
+        "requires_grad=false, got " +
+            (new_scale.defined()
+                 ? "a tensor of " + std::to_string(new_scale.numel()) +
+                     " elements, requires_grad=" +
+                     (new_scale.requires_grad() ? "true" : "false")
+                 : std::string("an undefined tensor")) +
+            ".");
+  }
+  update(new_scale.item<double>());
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled()) {
+    return 1.0;
+  }
+  return scale_.defined() ? double(scale_.item<float>()) : init_scale_;
+}
+
+int64_t GradScaler::get_growth_tracker() const {
+  if (!options_.enabled()) {
+    return 0;
+  }
+  return growth_tracker_.defined() ? growth_tracker_.item<int32_t>()
+                                   : init_growth_tracker_;
+}
+
+double GradScaler::get_growth_factor() const {
+  return options_.growth_factor();
+}
+void GradScaler::set_growth_factor(double new_factor) {
+  check_growth_factor(new_factor);
+  options_.growth_factor(new_factor);
+}
+double GradScaler::get_backoff_factor() const {
+  return options_.backoff_factor();
+}
+void GradScaler::set_backoff_factor(double new_factor) {
+  check_backoff_factor(new_factor);
+  options_.backoff_factor(new_factor);
+}
+int64_t GradScaler::get_growth_interval() const {
+  return options_.growth_interval();
+}
+void GradScaler::set_growth_interval(int64_t new_interval) {
+  check_growth_interval(new_interval);
+  options_.growth_interval(new_interval);
+}
+bool GradScaler::is_enabled() const {
+  return options_.enabled();
+}
+
+namespace {
+constexpr const char* kStateKeys[] = {
+    "scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "_growth_tracker",
+    "hysteresis",
+    "min_scale",
+    "max_skipped_steps_at_min_scale",
+    "_consecutive_overflows",
+    "_skipped_at_min_scale"};
+constexpr size_t kPyTorchKeys = 5;
+
+std::string known_keys() {
+  std::string out;
+  for (const char* k : kStateKeys) {
+    out += (out.empty() ? "" : ", ") + std::string(k);
+  }
+  return out;
+}
+
+double read_double(const GradScalerState& state, const std::string& key) {
+  const c10::IValue& v = state.at(key);
+  if (v.isDouble()) {
+    return v.toDouble();
+  }
+  if (v.isInt()) {
+    return double(v.toInt());
+  }
+  throw InvalidArgument(
+      kComponent,
+      "state key \"" + key + "\" must be a number, got a value of type " +
+          v.tagKind() + ".");
+}
+
+int64_t read_int(const GradScalerState& state, const std::string& key) {
+  const c10::IValue& v = state.at(key);
+  if (v.isInt()) {
+    return v.toInt();
+  }
+  if (v.isDouble() && std::floor(v.toDouble()) == v.toDouble()) {
+    return static_cast<int64_t>(v.toDouble());
+  }
+  throw InvalidArgument(
+      kComponent,
+      "state key \"" + key + "\" must be an integer, got " +
+          (v.isDouble() ? num(v.toDouble()) : "a value of type " + v.tagKind()) +
+          ".");
+}
+} // namespace
+
+GradScalerState GradScaler::state_dict() const {
+  if (!options_.enabled()) {
+    return {};
+  }
+  GradScalerState state;
+  state["scale"] = get_scale();
+  state["growth_factor"] = options_.growth_factor();
+  state["backoff_factor"] = options_.backoff_factor();
+  state["growth_interval"] = options_.growth_interval();
+  state["_growth_tracker"] = get_growth_tracker();
+  if (uses_extensions(options_)) {
+    state["hysteresis"] = options_.hysteresis();
+    state["min_scale"] = options_.min_scale();
+    state["max_skipped_steps_at_min_scale"] =
+        options_.max_skipped_steps_at_min_scale();
+    state["_consecutive_overflows"] = consecutive_overflows_;
+    state["_skipped_at_min_scale"] = skipped_at_min_scale_;
+  }
+  return state;
+}
+
+void GradScaler::load_state_dict(const GradScalerState& state) {
+  if (!options_.enabled()) {
+    return;
+  }
+  if (state.empty()) {
+    throw UsageError(
+        kComponent,
+        "The source state dict is empty, possibly because it was saved from "
+        "a disabled instance of GradScaler.");
+  }
+  for (const auto& [key, value] : state) {
+    bool known = false;
+    for (const char* k : kStateKeys) {
+      known = known || key == k;
+    }
+    if (!known) {
+      throw InvalidArgument(
+          kComponent,
+          "unknown state key \"" + key + "\"; known keys: " + known_keys() +
+              ".");
+    }
+  }
+  for (size_t i = 0; i < kPyTorchKeys; ++i) {
+    if (state.count(kStateKeys[i]) == 0) {
+      throw InvalidArgument(
+          kComponent,
+          std::string("state is missing the key \"") + kStateKeys[i] +
+              "\"; a GradScaler state has scale, growth_factor, "
+              "backoff_factor, growth_interval and _growth_tracker.");
+    }
+  }
+  // Everything is read and checked before anything changes, so a bad state
+  // leaves the scaler as it was.
+  GradScalerOptions next = options_;
+  next.init_scale(read_double(state, "scale"))
+      .growth_factor(read_double(state, "growth_factor"))
+      .backoff_factor(read_double(state, "backoff_factor"))
+      .growth_interval(read_int(state, "growth_interval"));
+  if (state.count("hysteresis")) {
+    next.hysteresis(read_int(state, "hysteresis"));
+  }
+  if (state.count("min_scale")) {
+    next.min_scale(read_double(state, "min_scale"));
+  }
+  if (state.count("max_skipped_steps_at_min_scale")) {
+    next.max_skipped_steps_at_min_scale(
+        read_int(state, "max_skipped_steps_at_min_scale"));
+  }
+  // The saved scale may sit below a floor it reached by update(new_scale);
+  // only the floor's own range is checked against it here.
+  GradScalerOptions check = next;
+  check.min_scale(std::min(next.min_scale(), next.init_scale()));
+  validate(check);
+  const int64_t tracker = read_int(state, "_growth_tracker");
+  if (tracker < 0 || tracker >= next.growth_interval()) {
+    throw InvalidArgument(
+        kComponent,
+        "_growth_tracker must be in [0, growth_interval=" +
+            std::to_string(next.growth_interval()) + "), got " +
+            std::to_string(tracker) + ".");
+  }
+  const int64_t overflows = state.count("_consecutive_overflows")
+      ? read_int(state, "_consecutive_overflows")
+      : 0;
+  const int64_t at_floor = state.count("_skipped_at_min_scale")
+      ? read_int(state, "_skipped_at_min_scale")
+      : 0;
+
+  options_ = next;
+  init_scale_ = next.init_scale();
+  init_growth_tracker_ = tracker;
+  if (scale_.defined()) {
+    scale_.fill_(init_scale_);
+  }
+  if (growth_tracker_.defined()) {
+    growth_tracker_.fill_(tracker);
+  }
+  consecutive_overflows_ = overflows;
+  skipped_at_min_scale_ = at_floor;
+}
+
+void GradScaler::register_parameter_names(
+    const torch::OrderedDict<std::string, torch::Tensor>& named_parameters) {
+  for (const auto& item : named_parameters) {
+    parameter_names_[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+}
+
+void GradScaler::set_overflow_callback(
+    std::function<void(const OverflowReport&)> cb) {
+  overflow_callback_ = std::move(cb);
+}
+
+} // namespace ampkit
