@@ -31,8 +31,10 @@ struct Result {
 // [B, 1024] -> 4096 -> 1024 -> 1024: 9.45M parameters.
 torch::nn::Sequential make_mlp() {
   return torch::nn::Sequential(
-      torch::nn::Linear(1024, 4096), torch::nn::ReLU(),
-      torch::nn::Linear(4096, 1024), torch::nn::ReLU(),
+      torch::nn::Linear(1024, 4096),
+      torch::nn::ReLU(),
+      torch::nn::Linear(4096, 1024),
+      torch::nn::ReLU(),
       torch::nn::Linear(1024, 1024));
 }
 
@@ -75,17 +77,20 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
     scaler.update();
     auto t3 = Clock::now();
     if (i >= warmup) {
-      plain.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      scaled.push_back(std::chrono::duration<double, std::milli>(t3 - t2).count());
+      plain.push_back(
+          std::chrono::duration<double, std::milli>(t1 - t0).count());
+      scaled.push_back(
+          std::chrono::duration<double, std::milli>(t3 - t2).count());
     }
   }
   return {median(plain), median(scaled)};
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int steps = 100;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) {
@@ -105,23 +110,37 @@ int main(int argc, char** argv) {
   std::printf(
       "GradScaler overhead, 9.45M-parameter MLP, fp32 grads, CPU, %d threads, "
       "median of %d alternating steps (LibTorch %s)\n",
-      threads, steps, TORCH_VERSION);
-  std::printf("%-14s %12s %22s %8s\n", "optimizer", "step() ms",
-              "scale+unscale_+step+update ms", "ratio");
+      threads,
+      steps,
+      TORCH_VERSION);
+  std::printf(
+      "%-14s %12s %22s %8s\n",
+      "optimizer",
+      "step() ms",
+      "scale+unscale_+step+update ms",
+      "ratio");
   auto report = [](const char* name, const Result& r) {
-    std::printf("%-14s %12.3f %29.3f %8.3f\n", name, r.plain_ms, r.scaled_ms,
-                r.scaled_ms / r.plain_ms);
+    std::printf(
+        "%-14s %12.3f %29.3f %8.3f\n",
+        name,
+        r.plain_ms,
+        r.scaled_ms,
+        r.scaled_ms / r.plain_ms);
   };
-  report("Adam", measure(
-      [](std::vector<torch::Tensor> p) {
-        return std::make_unique<torch::optim::Adam>(p, 1e-3);
-      },
-      steps));
-  report("SGD momentum", measure(
-      [](std::vector<torch::Tensor> p) {
-        return std::make_unique<torch::optim::SGD>(
-            p, torch::optim::SGDOptions(1e-3).momentum(0.9));
-      },
-      steps));
+  report(
+      "Adam",
+      measure(
+          [](std::vector<torch::Tensor> p) {
+            return std::make_unique<torch::optim::Adam>(p, 1e-3);
+          },
+          steps));
+  report(
+      "SGD momentum",
+      measure(
+          [](std::vector<torch::Tensor> p) {
+            return std::make_unique<torch::optim::SGD>(
+                p, torch::optim::SGDOptions(1e-3).momentum(0.9));
+          },
+          steps));
   return 0;
 }

@@ -24,9 +24,9 @@ struct NetImpl : torch::nn::Module {
         fc(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1(x)), 2); // [B, 16, 14, 14]
-    x = torch::max_pool2d(torch::relu(conv2(x)), 2); // [B, 32, 7, 7]
-    return fc(x.flatten(1)); // [B, 10]
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);  // [B, 16, 14, 14]
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);  // [B, 32, 7, 7]
+    return fc(x.flatten(1));                          // [B, 10]
   }
 
   torch::nn::Conv2d conv1;
@@ -36,16 +36,16 @@ struct NetImpl : torch::nn::Module {
 TORCH_MODULE(Net);
 
 struct Args {
-  int epochs = 1;
+  int epochs = 2;
   int64_t batch_size = 64;
   double lr = 1e-3;
-  std::string mixed_precision; // "" = fp16 on CUDA, bf16 on CPU
+  std::string mixed_precision;  // "" = fp16 on CUDA, bf16 on CPU
   bool cpu = false;
-  int threads = 0; // 0 = every core
-  int64_t limit_train = 0; // 0 = all 60000
-  int64_t limit_test = 0; // 0 = all 10000
+  int threads = 0;          // 0 = every core
+  int64_t limit_train = 0;  // 0 = all 60000
+  int64_t limit_test = 0;   // 0 = all 10000
   int log_every = 100;
-  double min_accuracy = 0; // exit 1 below this (for CI)
+  double min_accuracy = 0;  // exit 1 below this (for CI)
   std::string data_dir = ampkit::data::kFashionMnistDir;
   uint64_t seed = 42;
 };
@@ -57,8 +57,11 @@ std::string flags(const std::string& kebab) {
   return snake == kebab ? "--" + kebab : "--" + kebab + ",--" + snake;
 }
 
-double accuracy(Net& model, const ampkit::data::FashionMnist& data,
-                torch::Device device, ampkit::Precision precision) {
+double accuracy(
+    Net& model,
+    const ampkit::data::FashionMnist& data,
+    torch::Device device,
+    ampkit::Precision precision) {
   torch::NoGradGuard no_grad;
   model->eval();
   int64_t correct = 0;
@@ -77,9 +80,10 @@ int run(const Args& args) {
   torch::manual_seed(args.seed);
   const bool cuda = !args.cpu && torch::cuda::is_available();
   const torch::Device device(cuda ? torch::kCUDA : torch::kCPU);
-  const int threads = args.threads > 0
-      ? args.threads
-      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      args.threads > 0
+          ? args.threads
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
 
   const auto caps = ampkit::Capabilities::current();
@@ -90,7 +94,13 @@ int run(const Args& args) {
             << ", device " << device << ", " << threads << " threads\n"
             << ampkit::describe(caps) << "\n"
             << "mixed precision: " << ampkit::to_string(precision) << '\n';
-  if (!cuda && precision == ampkit::Precision::bf16 && !caps.cpu.native_bf16()) {
+  // Refuse what this machine cannot run before loading any data.
+  if (precision != ampkit::Precision::no) {
+    ampkit::check_autocast_supported(
+        device.type(), ampkit::to_dtype(precision), caps);
+  }
+  if (!cuda && precision == ampkit::Precision::bf16 &&
+      !caps.cpu.native_bf16()) {
     std::cout << "note: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 "
                  "autocast runs 15-20x slower than fp32 here. Pass "
                  "--mixed-precision no for speed.\n";
@@ -123,10 +133,10 @@ int run(const Args& args) {
     double running = 0;
     int64_t since_log = 0;
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
-      auto idx = order.slice(0, step * args.batch_size,
-                             (step + 1) * args.batch_size);
-      auto x = train.images.index_select(0, idx).to(device); // [B, 1, 28, 28]
-      auto y = train.labels.index_select(0, idx).to(device); // [B]
+      auto idx =
+          order.slice(0, step * args.batch_size, (step + 1) * args.batch_size);
+      auto x = train.images.index_select(0, idx).to(device);  // [B, 1, 28, 28]
+      auto y = train.labels.index_select(0, idx).to(device);  // [B]
       opt.zero_grad();
       torch::Tensor loss;
       {
@@ -148,9 +158,12 @@ int run(const Args& args) {
         std::printf(
             "epoch %d step %lld/%lld loss %.4f scale %g skipped %lld "
             "samples/s %.0f\n",
-            epoch, static_cast<long long>(step + 1),
-            static_cast<long long>(steps_per_epoch), running / since_log,
-            scaler.get_scale(), static_cast<long long>(skipped),
+            epoch,
+            static_cast<long long>(step + 1),
+            static_cast<long long>(steps_per_epoch),
+            running / since_log,
+            scaler.get_scale(),
+            static_cast<long long>(skipped),
             double((step + 1) * args.batch_size) / secs);
         std::fflush(stdout);
         running = 0;
@@ -158,43 +171,58 @@ int run(const Args& args) {
       }
     }
     const double acc = accuracy(model, test, device, precision);
-    std::printf("epoch %d test accuracy %.4f (%lld images)\n", epoch, acc,
-                static_cast<long long>(test.images.size(0)));
+    std::printf(
+        "epoch %d test accuracy %.4f (%lld images)\n",
+        epoch,
+        acc,
+        static_cast<long long>(test.images.size(0)));
     if (epoch == args.epochs && acc < args.min_accuracy) {
-      std::fprintf(stderr, "test accuracy %.4f is below --min-accuracy %.4f\n",
-                   acc, args.min_accuracy);
+      std::fprintf(
+          stderr,
+          "test accuracy %.4f is below --min-accuracy %.4f\n",
+          acc,
+          args.min_accuracy);
       return 1;
     }
   }
   return 0;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   Args args;
-  CLI::App app{"Train a small CNN on Fashion-MNIST with ampkit's Autocast and "
-               "GradScaler."};
+  CLI::App app{
+      "Train a small CNN on Fashion-MNIST with ampkit's Autocast and "
+      "GradScaler."};
   app.add_option(flags("epochs"), args.epochs, "passes over the training set")
       ->check(CLI::PositiveNumber);
   app.add_option(flags("batch-size"), args.batch_size, "images per step")
       ->check(CLI::PositiveNumber);
   app.add_option(flags("lr"), args.lr, "Adam learning rate");
-  app.add_option(flags("mixed-precision"), args.mixed_precision,
-                 "no, fp16 or bf16 (default: fp16 on CUDA, bf16 on CPU)");
+  app.add_option(
+      flags("mixed-precision"),
+      args.mixed_precision,
+      "no, fp16 or bf16 (default: fp16 on CUDA, bf16 on CPU)");
   app.add_flag(flags("cpu"), args.cpu, "train on the CPU even with a GPU");
-  app.add_option(flags("threads"), args.threads,
-                 "intra-op threads (default: every core)");
-  app.add_option(flags("limit-train"), args.limit_train,
-                 "use only the first N training images");
-  app.add_option(flags("limit-test"), args.limit_test,
-                 "use only the first N test images");
+  app.add_option(
+      flags("threads"), args.threads, "intra-op threads (default: every core)");
+  app.add_option(
+      flags("limit-train"),
+      args.limit_train,
+      "use only the first N training images");
+  app.add_option(
+      flags("limit-test"), args.limit_test, "use only the first N test images");
   app.add_option(flags("log-every"), args.log_every, "steps between lines")
       ->check(CLI::PositiveNumber);
-  app.add_option(flags("min-accuracy"), args.min_accuracy,
-                 "exit 1 when the final test accuracy is below this");
-  app.add_option(flags("data-dir"), args.data_dir,
-                 "folder with the Fashion-MNIST IDX .gz files");
+  app.add_option(
+      flags("min-accuracy"),
+      args.min_accuracy,
+      "exit 1 when the final test accuracy is below this");
+  app.add_option(
+      flags("data-dir"),
+      args.data_dir,
+      "folder with the Fashion-MNIST IDX .gz files");
   app.add_option(flags("seed"), args.seed, "random seed");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -54,4 +54,4 @@ class TrainingDiverged : public Error {
   using Error::Error;
 };
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -40,7 +40,7 @@ const AutocastOptions& validated(const AutocastOptions& options) {
   }
   return options;
 }
-} // namespace
+}  // namespace
 
 Autocast::Autocast(
     c10::DeviceType device_type,
@@ -80,4 +80,4 @@ Autocast::~Autocast() {
   at::autocast::set_autocast_cache_enabled(prev_cache_enabled_);
 }
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -37,7 +37,7 @@ bool bit(uint32_t reg, int n) {
 }
 #endif
 
-} // namespace
+}  // namespace
 
 CpuCapability cpu_capability() {
   CpuCapability cap;
@@ -110,27 +110,27 @@ std::optional<std::string> autocast_unsupported_reason(
   const std::string dtype_name = c10::toString(dtype);
   if (dtype != c10::ScalarType::Half && dtype != c10::ScalarType::BFloat16) {
     return "autocast casts to a reduced precision, got dtype " + dtype_name +
-        "; valid dtypes: torch::kBFloat16, torch::kHalf. For full fp32, "
-        "construct the guard with enabled=false.";
+           "; valid dtypes: torch::kBFloat16, torch::kHalf. For full fp32, "
+           "construct the guard with enabled=false.";
   }
   if (device_type == c10::DeviceType::CPU) {
     // fp16 joined bf16 as a CPU autocast dtype in PyTorch 2.4.
     const bool cpu_fp16 = caps.torch_major > 2 ||
-        (caps.torch_major == 2 && caps.torch_minor >= 4);
+                          (caps.torch_major == 2 && caps.torch_minor >= 4);
     if (dtype == c10::ScalarType::Half && !cpu_fp16) {
       return "fp16 autocast on CPU needs LibTorch 2.4 or newer, got LibTorch " +
-          torch_version +
-          ", whose CPU autocast supports only bf16. Use torch::kBFloat16 "
-          "(mixed_precision bf16) on CPU, or fp16 on a CUDA GPU.";
+             torch_version +
+             ", whose CPU autocast supports only bf16. Use torch::kBFloat16 "
+             "(mixed_precision bf16) on CPU, or fp16 on a CUDA GPU.";
     }
     return std::nullopt;
   }
   if (device_type == c10::DeviceType::CUDA) {
     if (!caps.cuda_available) {
       return "CUDA autocast was requested, but this LibTorch " + torch_version +
-          " has no CUDA or sees no GPU. Use torch::kCPU with "
-          "torch::kBFloat16, or run with a CUDA build of LibTorch on a "
-          "machine with a GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi).";
+             " has no CUDA or sees no GPU. Use torch::kCPU with "
+             "torch::kBFloat16, or run with a CUDA build of LibTorch on a "
+             "machine with a GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi).";
     }
     const CudaDeviceCapability* dev = nullptr;
     for (const auto& d : caps.cuda_devices) {
@@ -140,22 +140,23 @@ std::optional<std::string> autocast_unsupported_reason(
     }
     if (dev == nullptr) {
       return "the current CUDA device " +
-          std::to_string(caps.current_cuda_device) +
-          " is not among the visible devices. Select one with "
-          "CUDA_VISIBLE_DEVICES or c10::cuda::set_device.";
+             std::to_string(caps.current_cuda_device) +
+             " is not among the visible devices. Select one with "
+             "CUDA_VISIBLE_DEVICES or c10::cuda::set_device.";
     }
     if (dtype == c10::ScalarType::BFloat16 && !dev->bf16()) {
       return "bf16 autocast needs a GPU of compute capability 8.0 or newer, "
              "got " +
-          dev->name + " (cuda:" + std::to_string(dev->index) +
-          ", compute capability " + std::to_string(dev->major) + "." +
-          std::to_string(dev->minor) +
-          "). Use fp16 (torch::kHalf) with a GradScaler on this GPU.";
+             dev->name + " (cuda:" + std::to_string(dev->index) +
+             ", compute capability " + std::to_string(dev->major) + "." +
+             std::to_string(dev->minor) +
+             "). Use fp16 (torch::kHalf) with a GradScaler on this GPU.";
     }
     return std::nullopt;
   }
   return "autocast supports the device types CPU and CUDA, got " +
-      c10::DeviceTypeName(device_type) + ". Use torch::kCPU or torch::kCUDA.";
+         c10::DeviceTypeName(device_type) +
+         ". Use torch::kCPU or torch::kCUDA.";
 }
 
 void check_autocast_supported(
@@ -204,4 +205,4 @@ std::string describe(const Capabilities& caps) {
   return out.str();
 }
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "amp/unscale_kernel.h"
 #include "ampkit/error.h"
 
 namespace ampkit::detail {
@@ -37,7 +38,7 @@ namespace {
           c10::DeviceTypeName(device_type) +
           " in this LibTorch. Use torch::kCPU or torch::kCUDA.");
 }
-} // namespace
+}  // namespace
 
 bool autocast_is_enabled(c10::DeviceType device_type) {
   switch (device_type) {
@@ -91,46 +92,14 @@ bool has_amp_kernels(c10::DeviceType device_type) {
 
 namespace {
 
-// One pass over a contiguous float buffer: reads each value once, writes it
-// scaled. `v * 0` is 0 for finite v and NaN for inf/NaN, so summing it per
-// lane flags non-finite values without a branch the compiler cannot
-// vectorise. Returns true when a non-finite value was seen.
-template <typename T>
-bool check_and_scale_span(T* data, int64_t n, T inv, bool scale) {
-  constexpr int kLanes = 16;
-  T acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const T v = data[i + l];
-      acc[l] += v * T(0);
-      if (scale) {
-        data[i + l] = v * inv;
-      }
-    }
-  }
-  T tail = 0;
-  for (; i < n; ++i) {
-    tail += data[i] * T(0);
-    if (scale) {
-      data[i] *= inv;
-    }
-  }
-  for (int l = 0; l < kLanes; ++l) {
-    tail += acc[l];
-  }
-  return tail != T(0);
-}
-
 template <typename T>
 bool check_and_scale_contiguous(at::Tensor& grad, T inv) {
   T* data = grad.data_ptr<T>();
-  const bool scale = inv != T(1);
   std::atomic<bool> found{false};
   // 64k elements per task: large enough that threads stream memory, small
   // enough that a 10M-element tensor is split across every core.
   at::parallel_for(0, grad.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-    if (check_and_scale_span(data + begin, end - begin, inv, scale)) {
+    if (check_and_scale(data + begin, end - begin, inv)) {
       found.store(true, std::memory_order_relaxed);
     }
   });
@@ -138,9 +107,7 @@ bool check_and_scale_contiguous(at::Tensor& grad, T inv) {
 }
 
 void fallback_non_finite_check_and_unscale_(
-    at::TensorList grads,
-    at::Tensor& found_inf,
-    const at::Tensor& inv_scale) {
+    at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
   if (grads.empty()) {
     return;
   }
@@ -176,12 +143,10 @@ void fallback_non_finite_check_and_unscale_(
   }
 }
 
-} // namespace
+}  // namespace
 
 void non_finite_check_and_unscale_(
-    at::TensorList grads,
-    at::Tensor& found_inf,
-    const at::Tensor& inv_scale) {
+    at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
   if (grads.empty()) {
     return;
   }
@@ -192,4 +157,4 @@ void non_finite_check_and_unscale_(
   }
 }
 
-} // namespace ampkit::detail
+}  // namespace ampkit::detail

@@ -26,8 +26,6 @@ bool has_amp_kernels(c10::DeviceType device_type);
 /// and inv_scale are 0-dim float32 on that device. Uses ATen's kernel where
 /// the running LibTorch has one, the same math otherwise.
 void non_finite_check_and_unscale_(
-    at::TensorList grads,
-    at::Tensor& found_inf,
-    const at::Tensor& inv_scale);
+    at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale);
 
-} // namespace ampkit::detail
+}  // namespace ampkit::detail

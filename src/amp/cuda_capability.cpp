@@ -26,6 +26,6 @@ namespace detail {
 int current_cuda_device() {
   return c10::cuda::device_count() > 0 ? c10::cuda::current_device() : 0;
 }
-} // namespace detail
+}  // namespace detail
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -5,4 +5,4 @@
 namespace ampkit::detail {
 /// Index of the current CUDA device, 0 without CUDA.
 int current_cuda_device();
-} // namespace ampkit::detail
+}  // namespace ampkit::detail

@@ -100,22 +100,20 @@ void validate(const GradScalerOptions& o) {
 
 bool uses_extensions(const GradScalerOptions& o) {
   return o.hysteresis() > 1 || o.min_scale() > 0.0 ||
-      o.max_skipped_steps_at_min_scale() > 0;
+         o.max_skipped_steps_at_min_scale() > 0;
 }
 
 std::string position_name(size_t group, size_t index) {
   return "param_groups[" + std::to_string(group) + "][" +
-      std::to_string(index) + "]";
+         std::to_string(index) + "]";
 }
 
-} // namespace
+}  // namespace
 
 namespace detail {
 
 ScaleState next_scale_state(
-    const ScaleState& state,
-    bool found_inf,
-    const GradScalerOptions& o) {
+    const ScaleState& state, bool found_inf, const GradScalerOptions& o) {
   ScaleState next = state;
   if (found_inf) {
     next.growth_tracker = 0;
@@ -148,7 +146,7 @@ ScaleState next_scale_state(
   return next;
 }
 
-} // namespace detail
+}  // namespace detail
 
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(std::move(options)), init_scale_(options_.init_scale()) {
@@ -230,9 +228,10 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
       }
       if (!allow_fp16 && param.grad().scalar_type() == at::kHalf) {
         auto named = parameter_names_.find(param.unsafeGetTensorImpl());
-        const std::string name = named != parameter_names_.end()
-            ? named->second + " (" + position_name(g, i) + ")"
-            : position_name(g, i);
+        const std::string name =
+            named != parameter_names_.end()
+                ? named->second + " (" + position_name(g, i) + ")"
+                : position_name(g, i);
         throw InvalidArgument(
             kComponent,
             "Attempting to unscale FP16 gradients. Parameter " + name +
@@ -286,7 +285,8 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
     if (found_inf == nullptr) {
       found_inf_per_device.emplace_back(
           group.device,
-          at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(group.device)));
+          at::zeros(
+              {}, at::TensorOptions().dtype(at::kFloat).device(group.device)));
       found_inf = &found_inf_per_device.back().second;
       inv_scale_per_device.emplace_back(
           group.device, inv_scale.to(group.device, /*non_blocking=*/true));
@@ -367,7 +367,7 @@ std::optional<torch::Tensor> GradScaler::step(
 
 bool GradScaler::uses_host_update() const {
   return uses_extensions(options_) || options_.report_overflow() ||
-      !detail::has_amp_kernels(scale_.device().type());
+         !detail::has_amp_kernels(scale_.device().type());
 }
 
 void GradScaler::update() {
@@ -508,8 +508,8 @@ void GradScaler::update(const torch::Tensor& new_scale) {
         "requires_grad=false, got " +
             (new_scale.defined()
                  ? "a tensor of " + std::to_string(new_scale.numel()) +
-                     " elements, requires_grad=" +
-                     (new_scale.requires_grad() ? "true" : "false")
+                       " elements, requires_grad=" +
+                       (new_scale.requires_grad() ? "true" : "false")
                  : std::string("an undefined tensor")) +
             ".");
   }
@@ -603,10 +603,11 @@ int64_t read_int(const GradScalerState& state, const std::string& key) {
   throw InvalidArgument(
       kComponent,
       "state key \"" + key + "\" must be an integer, got " +
-          (v.isDouble() ? num(v.toDouble()) : "a value of type " + v.tagKind()) +
+          (v.isDouble() ? num(v.toDouble())
+                        : "a value of type " + v.tagKind()) +
           ".");
 }
-} // namespace
+}  // namespace
 
 GradScalerState GradScaler::state_dict() const {
   if (!options_.enabled()) {
@@ -691,11 +692,11 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
             std::to_string(tracker) + ".");
   }
   const int64_t overflows = state.count("_consecutive_overflows")
-      ? read_int(state, "_consecutive_overflows")
-      : 0;
+                                ? read_int(state, "_consecutive_overflows")
+                                : 0;
   const int64_t at_floor = state.count("_skipped_at_min_scale")
-      ? read_int(state, "_skipped_at_min_scale")
-      : 0;
+                               ? read_int(state, "_skipped_at_min_scale")
+                               : 0;
 
   options_ = next;
   init_scale_ = next.init_scale();
@@ -722,4 +723,4 @@ void GradScaler::set_overflow_callback(
   overflow_callback_ = std::move(cb);
 }
 
-} // namespace ampkit
+}  // namespace ampkit

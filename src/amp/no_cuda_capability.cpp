@@ -12,6 +12,6 @@ namespace detail {
 int current_cuda_device() {
   return 0;
 }
-} // namespace detail
+}  // namespace detail
 
-} // namespace ampkit
+}  // namespace ampkit

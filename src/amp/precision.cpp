@@ -26,7 +26,7 @@ std::string normalise(std::string_view text) {
   });
   return out;
 }
-} // namespace
+}  // namespace
 
 Precision parse_precision(std::string_view text) {
   const std::string value = normalise(text);
@@ -90,4 +90,4 @@ c10::ScalarType to_dtype(Precision precision) {
   }
 }
 
-} // namespace ampkit
+}  // namespace ampkit

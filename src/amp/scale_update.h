@@ -19,8 +19,6 @@ struct ScaleState {
 /// _amp_update_scale_: products formed in double, stored as float, and a
 /// growth that would overflow float is not applied.
 ScaleState next_scale_state(
-    const ScaleState& state,
-    bool found_inf,
-    const GradScalerOptions& options);
+    const ScaleState& state, bool found_inf, const GradScalerOptions& options);
 
-} // namespace ampkit::detail
+}  // namespace ampkit::detail

@@ -24,8 +24,8 @@ struct GzCloser {
 };
 using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
-void read_exact(gzFile f, void* out, size_t n, const std::string& path,
-                const char* what) {
+void read_exact(
+    gzFile f, void* out, size_t n, const std::string& path, const char* what) {
   auto* dst = static_cast<unsigned char*>(out);
   while (n > 0) {
     const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n, 1u << 30));
@@ -45,10 +45,10 @@ void read_exact(gzFile f, void* out, size_t n, const std::string& path,
 
 uint32_t big_endian(const unsigned char* b) {
   return (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) |
-      (uint32_t(b[2]) << 8) | uint32_t(b[3]);
+         (uint32_t(b[2]) << 8) | uint32_t(b[3]);
 }
 
-} // namespace
+}  // namespace
 
 at::Tensor read_idx(const std::string& path) {
   GzFile file(gzopen(path.c_str(), "rb"));
@@ -57,7 +57,8 @@ at::Tensor read_idx(const std::string& path) {
         kComponent,
         "cannot open " + path +
             ". For Fashion-MNIST install Debian's dataset-fashion-mnist "
-            "(files under " + kFashionMnistDir + ").");
+            "(files under " +
+            kFashionMnistDir + ").");
   }
   std::array<unsigned char, 4> magic{};
   read_exact(file.get(), magic.data(), magic.size(), path, "header");
@@ -71,18 +72,36 @@ at::Tensor read_idx(const std::string& path) {
   at::ScalarType dtype;
   size_t element_size;
   switch (magic[2]) {
-    case 0x08: dtype = at::kByte; element_size = 1; break;
-    case 0x09: dtype = at::kChar; element_size = 1; break;
-    case 0x0B: dtype = at::kShort; element_size = 2; break;
-    case 0x0C: dtype = at::kInt; element_size = 4; break;
-    case 0x0D: dtype = at::kFloat; element_size = 4; break;
-    case 0x0E: dtype = at::kDouble; element_size = 8; break;
+    case 0x08:
+      dtype = at::kByte;
+      element_size = 1;
+      break;
+    case 0x09:
+      dtype = at::kChar;
+      element_size = 1;
+      break;
+    case 0x0B:
+      dtype = at::kShort;
+      element_size = 2;
+      break;
+    case 0x0C:
+      dtype = at::kInt;
+      element_size = 4;
+      break;
+    case 0x0D:
+      dtype = at::kFloat;
+      element_size = 4;
+      break;
+    case 0x0E:
+      dtype = at::kDouble;
+      element_size = 8;
+      break;
     default:
       throw IoError(
           kComponent,
-          path + ": unknown IDX element type, got " +
-              std::to_string(magic[2]) +
-              "; valid: 8 (uint8), 9 (int8), 11 (int16), 12 (int32), 13 (float32), 14 (float64).");
+          path + ": unknown IDX element type, got " + std::to_string(magic[2]) +
+              "; valid: 8 (uint8), 9 (int8), 11 (int16), 12 (int32), 13 "
+              "(float32), 14 (float64).");
   }
   const int ndims = magic[3];
   if (ndims == 0) {
@@ -133,4 +152,4 @@ FashionMnist load_fashion_mnist(bool train, const std::string& dir) {
   return out;
 }
 
-} // namespace ampkit::data
+}  // namespace ampkit::data

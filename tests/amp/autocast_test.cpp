@@ -22,7 +22,7 @@ struct AutocastState {
   bool cache_enabled;
   bool operator==(const AutocastState& o) const {
     return enabled == o.enabled && dtype == o.dtype &&
-        cache_enabled == o.cache_enabled;
+           cache_enabled == o.cache_enabled;
   }
 };
 
@@ -46,7 +46,8 @@ TEST(AutocastTest, GuardEnablesBf16OnCpuAndRestoresOnExit) {
   {
     Autocast guard(torch::kCPU, torch::kBFloat16);
     EXPECT_TRUE(detail::autocast_is_enabled(c10::DeviceType::CPU));
-    EXPECT_EQ(detail::autocast_get_dtype(c10::DeviceType::CPU), torch::kBFloat16);
+    EXPECT_EQ(
+        detail::autocast_get_dtype(c10::DeviceType::CPU), torch::kBFloat16);
     EXPECT_EQ(nesting(), 1);
     auto out = torch::mm(torch::ones({2, 3}), torch::ones({3, 2}));
     EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
@@ -66,10 +67,9 @@ TEST(AutocastTest, NestedGuardsWithDifferentSettingsRestoreEachLevel) {
     const AutocastState in_outer = cpu_state();
     EXPECT_EQ(in_outer, (AutocastState{true, torch::kBFloat16, true}));
     {
-      Autocast inner(
-          AutocastOptions(torch::kCPU, torch::kBFloat16)
-              .enabled(false)
-              .cache_enabled(false));
+      Autocast inner(AutocastOptions(torch::kCPU, torch::kBFloat16)
+                         .enabled(false)
+                         .cache_enabled(false));
       EXPECT_EQ(cpu_state(), (AutocastState{false, torch::kBFloat16, false}));
       EXPECT_EQ(nesting(), 2);
       EXPECT_EQ(
@@ -179,19 +179,46 @@ OpTable autocast_ops(torch::ScalarType dt) {
   auto img = r({2, 3, 8, 8});
   auto target = torch::tensor({0, 2, 1, 4}, torch::kLong);
   return {
-      {"linear", [=] { return at::linear(x48, r({6, 8}), r({6})); }},
-      {"matmul", [=] { return at::matmul(x48, r({8, 5})); }},
-      {"mm", [=] { return at::mm(x48, r({8, 5})); }},
-      {"bmm", [=] { return at::bmm(r({2, 4, 8}), r({2, 8, 5})); }},
-      {"addmm", [=] { return at::addmm(r({4, 5}), x48, r({8, 5})); }},
+      {"linear",
+       [=] {
+         return at::linear(x48, r({6, 8}), r({6}));
+       }},
+      {"matmul",
+       [=] {
+         return at::matmul(x48, r({8, 5}));
+       }},
+      {"mm",
+       [=] {
+         return at::mm(x48, r({8, 5}));
+       }},
+      {"bmm",
+       [=] {
+         return at::bmm(r({2, 4, 8}), r({2, 8, 5}));
+       }},
+      {"addmm",
+       [=] {
+         return at::addmm(r({4, 5}), x48, r({8, 5}));
+       }},
       {"baddbmm",
-       [=] { return at::baddbmm(r({2, 4, 5}), r({2, 4, 8}), r({2, 8, 5})); }},
-      {"conv1d", [=] { return at::conv1d(r({2, 3, 16}), r({4, 3, 3})); }},
-      {"conv2d", [=] { return at::conv2d(img, r({4, 3, 3, 3}), r({4})); }},
+       [=] {
+         return at::baddbmm(r({2, 4, 5}), r({2, 4, 8}), r({2, 8, 5}));
+       }},
+      {"conv1d",
+       [=] {
+         return at::conv1d(r({2, 3, 16}), r({4, 3, 3}));
+       }},
+      {"conv2d",
+       [=] {
+         return at::conv2d(img, r({4, 3, 3, 3}), r({4}));
+       }},
       {"conv3d",
-       [=] { return at::conv3d(r({1, 2, 4, 4, 4}), r({3, 2, 2, 2, 2})); }},
+       [=] {
+         return at::conv3d(r({1, 2, 4, 4, 4}), r({3, 2, 2, 2, 2}));
+       }},
       {"conv_transpose2d",
-       [=] { return at::conv_transpose2d(img, r({3, 4, 3, 3})); }},
+       [=] {
+         return at::conv_transpose2d(img, r({3, 4, 3, 3}));
+       }},
       {"relu", [=] { return at::relu(x48); }},
       {"gelu", [=] { return at::gelu(x48); }},
       {"sigmoid", [=] { return at::sigmoid(x48); }},
@@ -201,30 +228,60 @@ OpTable autocast_ops(torch::ScalarType dt) {
       {"mean", [=] { return at::mean(x48); }},
       {"softmax", [=] { return at::softmax(x48, 1); }},
       {"log_softmax", [=] { return at::log_softmax(x48, 1); }},
-      {"mse_loss", [=] { return F::mse_loss(x48, r({4, 8})); }},
-      {"l1_loss", [=] { return F::l1_loss(x48, r({4, 8})); }},
-      {"smooth_l1_loss", [=] { return F::smooth_l1_loss(x48, r({4, 8})); }},
-      {"cross_entropy", [=] { return F::cross_entropy(r({4, 5}), target); }},
-      {"nll_loss", [=] { return F::nll_loss(r({4, 5}), target); }},
+      {"mse_loss",
+       [=] {
+         return F::mse_loss(x48, r({4, 8}));
+       }},
+      {"l1_loss",
+       [=] {
+         return F::l1_loss(x48, r({4, 8}));
+       }},
+      {"smooth_l1_loss",
+       [=] {
+         return F::smooth_l1_loss(x48, r({4, 8}));
+       }},
+      {"cross_entropy",
+       [=] {
+         return F::cross_entropy(r({4, 5}), target);
+       }},
+      {"nll_loss",
+       [=] {
+         return F::nll_loss(r({4, 5}), target);
+       }},
       {"binary_cross_entropy_with_logits",
        [=] {
          return F::binary_cross_entropy_with_logits(
              x48, torch::rand({4, 8}).to(dt));
        }},
-      {"layer_norm",
-       [=] { return at::layer_norm(x48, {8}, r({8}), r({8})); }},
+      {"layer_norm", [=] { return at::layer_norm(x48, {8}, r({8}), r({8})); }},
       {"group_norm", [=] { return at::group_norm(img, 3, r({3}), r({3})); }},
       {"batch_norm",
        [=] {
          return at::batch_norm(
-             img, r({3}), r({3}), r({3}), torch::rand({3}).to(dt) + 1, false,
-             0.1, 1e-5, false);
+             img,
+             r({3}),
+             r({3}),
+             r({3}),
+             torch::rand({3}).to(dt) + 1,
+             false,
+             0.1,
+             1e-5,
+             false);
        }},
       {"max_pool2d", [=] { return at::max_pool2d(img, {2}); }},
       {"avg_pool2d", [=] { return at::avg_pool2d(img, {2}); }},
-      {"embedding", [=] { return at::embedding(r({5, 3}), target); }},
-      {"cat", [=] { return at::cat({x48, x48.to(torch::kFloat)}); }},
-      {"stack", [=] { return at::stack({x48, x48.to(torch::kFloat)}); }},
+      {"embedding",
+       [=] {
+         return at::embedding(r({5, 3}), target);
+       }},
+      {"cat",
+       [=] {
+         return at::cat({x48, x48.to(torch::kFloat)});
+       }},
+      {"stack",
+       [=] {
+         return at::stack({x48, x48.to(torch::kFloat)});
+       }},
       {"add", [=] { return at::add(x48, x48.to(torch::kFloat)); }},
       {"mul", [=] { return at::mul(x48, x48.to(torch::kFloat)); }},
   };
@@ -240,9 +297,9 @@ TEST(AutocastTest, CpuBf16OutputDtypesMatchPythonTorchOpByOp) {
     auto op = ops.find(row.op);
     ASSERT_NE(op, ops.end()) << "no C++ op for golden entry " << row.op;
     const std::string output = row.output;
-    const std::string expected = output == "bfloat16" ? "BFloat16"
-        : output == "float32"                           ? "Float"
-                                                        : output;
+    const std::string expected = output == "bfloat16"  ? "BFloat16"
+                                 : output == "float32" ? "Float"
+                                                       : output;
     EXPECT_EQ(c10::toString(op->second().scalar_type()), expected)
         << row.op << " on " << row.input << " inputs";
     ++checked;
@@ -250,5 +307,5 @@ TEST(AutocastTest, CpuBf16OutputDtypesMatchPythonTorchOpByOp) {
   EXPECT_EQ(checked, fp32_ops.size() + bf16_ops.size());
 }
 
-} // namespace
-} // namespace ampkit
+}  // namespace
+}  // namespace ampkit

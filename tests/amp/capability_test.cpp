@@ -13,8 +13,8 @@
 namespace ampkit {
 namespace {
 
-Capabilities with_gpu(int major, int minor, int torch_major = 2,
-                      int torch_minor = 11) {
+Capabilities with_gpu(
+    int major, int minor, int torch_major = 2, int torch_minor = 11) {
   Capabilities caps;
   caps.torch_major = torch_major;
   caps.torch_minor = torch_minor;
@@ -150,5 +150,5 @@ TEST(CapabilityTest, CurrentReportsTheRunningLibTorch) {
   EXPECT_EQ(caps.cuda_available, !caps.cuda_devices.empty());
 }
 
-} // namespace
-} // namespace ampkit
+}  // namespace
+}  // namespace ampkit

@@ -13,22 +13,33 @@
 namespace ampkit {
 namespace {
 
-#define AMPKIT_REQUIRE_CUDA()                          \
-  if (!torch::cuda::is_available()) {                  \
-    GTEST_SKIP() << "LibTorch sees no CUDA device";    \
+#define AMPKIT_REQUIRE_CUDA()                       \
+  if (!torch::cuda::is_available()) {               \
+    GTEST_SKIP() << "LibTorch sees no CUDA device"; \
   }
 
 TEST(CudaTest, KernelUpdateMatchesGoldenTrajectories) {
   AMPKIT_REQUIRE_CUDA();
   for (const auto& golden : golden::kScaleTrajectories) {
     SCOPED_TRACE(golden.name);
-    auto scale = torch::full({}, golden.init_scale, torch::dtype(torch::kFloat).device(torch::kCUDA));
-    auto tracker = torch::zeros({}, torch::dtype(torch::kInt).device(torch::kCUDA));
+    auto scale = torch::full(
+        {},
+        golden.init_scale,
+        torch::dtype(torch::kFloat).device(torch::kCUDA));
+    auto tracker =
+        torch::zeros({}, torch::dtype(torch::kInt).device(torch::kCUDA));
     for (int i = 0; i < golden.n; ++i) {
-      auto found = torch::full({}, golden.overflow[i] == '1' ? 1.0 : 0.0,
-                               torch::dtype(torch::kFloat).device(torch::kCUDA));
-      at::_amp_update_scale_(scale, tracker, found, golden.growth_factor,
-                             golden.backoff_factor, golden.growth_interval);
+      auto found = torch::full(
+          {},
+          golden.overflow[i] == '1' ? 1.0 : 0.0,
+          torch::dtype(torch::kFloat).device(torch::kCUDA));
+      at::_amp_update_scale_(
+          scale,
+          tracker,
+          found,
+          golden.growth_factor,
+          golden.backoff_factor,
+          golden.growth_interval);
       ASSERT_EQ(scale.item<float>(), golden.scale[i]) << "update " << i;
       ASSERT_EQ(tracker.item<int>(), golden.tracker[i]) << "update " << i;
     }
@@ -42,7 +53,8 @@ TEST(CudaTest, KernelUnscaleMatchesTheCpuPath) {
   auto gpu = cpu.to(torch::kCUDA);
   auto found_cpu = torch::zeros({});
   auto found_gpu = torch::zeros({}, torch::kCUDA);
-  detail::non_finite_check_and_unscale_({cpu}, found_cpu, torch::full({}, 0.25f));
+  detail::non_finite_check_and_unscale_(
+      {cpu}, found_cpu, torch::full({}, 0.25f));
   detail::non_finite_check_and_unscale_(
       {gpu}, found_gpu, torch::full({}, 0.25f, torch::kCUDA));
   EXPECT_EQ(found_gpu.item<float>(), 1.0f);
@@ -83,5 +95,5 @@ TEST(CudaTest, CapabilityOfEachDeviceIsReported) {
   EXPECT_GT(caps.cuda_devices.front().major, 0);
 }
 
-} // namespace
-} // namespace ampkit
+}  // namespace
+}  // namespace ampkit

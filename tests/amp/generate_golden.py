@@ -3,7 +3,9 @@
 
 Run with Debian's python3 and python3-torch (1.13):
     /usr/bin/python3 tests/amp/generate_golden.py
-It rewrites tests/amp/golden_scale_trajectory.h and tests/amp/golden_autocast.h.
+It rewrites tests/amp/golden_scale_trajectory.h and tests/amp/golden_autocast.h;
+with --check it writes them to a temporary folder and exits 1 if the checked-in
+files differ (a CTest test runs that).
 
 1. Loss-scale trajectories: PyTorch's update rule (_amp_update_scale_, the
    kernel behind torch.amp.GradScaler.update) followed step by step, with
@@ -14,8 +16,15 @@ It rewrites tests/amp/golden_scale_trajectory.h and tests/amp/golden_autocast.h.
    dtype=torch.bfloat16) on fp32 and on bf16 inputs, as Python torch gives.
 """
 import os
-import torch
-import torch.nn.functional as F
+import sys
+import tempfile
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("generate_golden.py: needs Python torch (Debian: apt-get install python3-torch)")
+    sys.exit(77)  # CTest's skip code for the up-to-date check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -209,6 +218,21 @@ def write_autocast_header(path):
         f.write("\n".join(lines) + "\n")
 
 
+def main():
+    check = "--check" in sys.argv[1:]
+    out = tempfile.mkdtemp() if check else HERE
+    names = ["golden_scale_trajectory.h", "golden_autocast.h"]
+    write_scale_header(os.path.join(out, names[0]))
+    write_autocast_header(os.path.join(out, names[1]))
+    if not check:
+        return 0
+    stale = [n for n in names
+             if open(os.path.join(out, n)).read() != open(os.path.join(HERE, n)).read()]
+    for n in stale:
+        print("tests/amp/%s differs from what Python torch %s gives; rerun "
+              "/usr/bin/python3 tests/amp/generate_golden.py" % (n, torch.__version__))
+    return 1 if stale else 0
+
+
 if __name__ == "__main__":
-    write_scale_header(os.path.join(HERE, "golden_scale_trajectory.h"))
-    write_autocast_header(os.path.join(HERE, "golden_autocast.h"))
+    sys.exit(main())

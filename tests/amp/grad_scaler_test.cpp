@@ -207,7 +207,9 @@ TEST(GradScalerTest, RejectsFp16GradientsAndSaysToKeepParametersFp32) {
       "Attempting to unscale FP16 gradients. Parameter head.weight "
       "(param_groups[0][0]) is float16");
   AMPKIT_EXPECT_THROWS_WITH(
-      scaler.unscale_(opt), InvalidArgument, "Keep trainable parameters in fp32");
+      scaler.unscale_(opt),
+      InvalidArgument,
+      "Keep trainable parameters in fp32");
 }
 
 TEST(GradScalerTest, AcceptsBf16Gradients) {
@@ -375,7 +377,7 @@ TEST(GradScalerTest, DisabledScalerIsAPassThrough) {
   EXPECT_TRUE(scaled.is_same(loss));
   m.opt.zero_grad();
   scaled.backward();
-  m.w.grad()[0] = kInf; // not checked: step just calls optimizer.step()
+  m.w.grad()[0] = kInf;  // not checked: step just calls optimizer.step()
   EXPECT_TRUE(scaler.step(m.opt).has_value());
   EXPECT_TRUE(std::isinf(m.w[0].item<float>()));
   EXPECT_NO_THROW(scaler.unscale_(m.opt));
@@ -470,8 +472,7 @@ TEST(GradScalerTest, UnscalesSparseGradients) {
   scaler.scale(emb(torch::tensor({1, 3}, torch::kLong)).sum()).backward();
   ASSERT_TRUE(emb->weight.grad().is_sparse());
   scaler.unscale_(opt);
-  EXPECT_TRUE(torch::equal(
-      emb->weight.grad()._values(), torch::ones({2, 2})));
+  EXPECT_TRUE(torch::equal(emb->weight.grad()._values(), torch::ones({2, 2})));
 }
 
 TEST(GradScalerTest, UnscalesNonContiguousAndDoubleGradients) {
@@ -506,8 +507,7 @@ TEST(GradScalerTest, FindsASingleInfAnywhereInALargeGradient) {
   }
   auto grad = torch::full({n}, 3e38f);
   auto found = torch::zeros({});
-  detail::non_finite_check_and_unscale_(
-      {grad}, found, torch::full({}, 1.0f));
+  detail::non_finite_check_and_unscale_({grad}, found, torch::full({}, 1.0f));
   EXPECT_EQ(found.item<float>(), 0.0f);
 }
 
@@ -524,12 +524,12 @@ TEST(GradScalerTest, HysteresisBacksOffOnlyOnTheNthOverflowInARow) {
     return r.has_value();
   };
   EXPECT_FALSE(overflow_step(true));
-  EXPECT_EQ(scaler.get_scale(), 64.0); // first overflow tolerated
-  EXPECT_TRUE(overflow_step(false)); // a clean step resets the count
+  EXPECT_EQ(scaler.get_scale(), 64.0);  // first overflow tolerated
+  EXPECT_TRUE(overflow_step(false));    // a clean step resets the count
   EXPECT_FALSE(overflow_step(true));
   EXPECT_EQ(scaler.get_scale(), 64.0);
   EXPECT_FALSE(overflow_step(true));
-  EXPECT_EQ(scaler.get_scale(), 32.0); // second in a row backs off
+  EXPECT_EQ(scaler.get_scale(), 32.0);  // second in a row backs off
   EXPECT_FALSE(overflow_step(true));
   EXPECT_EQ(scaler.get_scale(), 16.0);
   const auto state = scaler.state_dict();
@@ -603,5 +603,5 @@ TEST(GradScalerTest, OverflowReportIsOffByDefault) {
   EXPECT_FALSE(scaler.last_overflow().has_value());
 }
 
-} // namespace
-} // namespace ampkit
+}  // namespace
+}  // namespace ampkit

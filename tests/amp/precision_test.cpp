@@ -35,7 +35,10 @@ TEST(PrecisionTest, RejectsUnknownValueListingTheValidOnes) {
 
 TEST(PrecisionTest, RoundTripsThroughToString) {
   for (Precision p :
-       {Precision::no, Precision::fp16, Precision::bf16, Precision::automatic}) {
+       {Precision::no,
+        Precision::fp16,
+        Precision::bf16,
+        Precision::automatic}) {
     EXPECT_EQ(parse_precision(to_string(p)), p);
   }
 }
@@ -43,11 +46,10 @@ TEST(PrecisionTest, RoundTripsThroughToString) {
 TEST(PrecisionTest, MapsReducedPrecisionsToAutocastDtypes) {
   EXPECT_EQ(to_dtype(Precision::fp16), c10::ScalarType::Half);
   EXPECT_EQ(to_dtype(Precision::bf16), c10::ScalarType::BFloat16);
-  AMPKIT_EXPECT_THROWS_WITH(
-      to_dtype(Precision::no), InvalidArgument, "got no");
+  AMPKIT_EXPECT_THROWS_WITH(to_dtype(Precision::no), InvalidArgument, "got no");
   AMPKIT_EXPECT_THROWS_WITH(
       to_dtype(Precision::automatic), InvalidArgument, "Resolve auto first");
 }
 
-} // namespace
-} // namespace ampkit
+}  // namespace
+}  // namespace ampkit

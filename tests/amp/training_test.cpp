@@ -35,8 +35,7 @@ double train(const Problem& p, bool autocast, bool scaler_on) {
     {
       Autocast guard(torch::kCPU, torch::kBFloat16, autocast);
       auto out = model->forward(p.x);
-      EXPECT_EQ(
-          out.scalar_type(), autocast ? torch::kBFloat16 : torch::kFloat);
+      EXPECT_EQ(out.scalar_type(), autocast ? torch::kBFloat16 : torch::kFloat);
       loss = torch::mse_loss(out.to(torch::kFloat), p.y);
     }
     scaler.scale(loss).backward();
@@ -68,5 +67,5 @@ TEST(TrainingTest, Bf16AutocastWithGradScalerMatchesWithout) {
   EXPECT_EQ(train(p, true, true), train(p, true, false));
 }
 
-} // namespace
-} // namespace ampkit
+}  // namespace
+}  // namespace ampkit

@@ -44,7 +44,8 @@ TEST(IdxTest, ReadsAPlainFileWithShapeDtypeAndBigEndianValues) {
   EXPECT_EQ(t.scalar_type(), torch::kShort);
   EXPECT_EQ(t.sizes(), (std::vector<int64_t>{2, 3}));
   EXPECT_TRUE(torch::equal(
-      t, torch::tensor({1, -2, 300, 4, 5, -32768}, torch::kShort).view({2, 3})));
+      t,
+      torch::tensor({1, -2, 300, 4, 5, -32768}, torch::kShort).view({2, 3})));
   fs::remove(path);
 }
 
@@ -90,5 +91,5 @@ TEST(IdxTest, LoadsFashionMnistFromTheDebianPackage) {
       torch::bincount(test.labels), torch::full({10}, 1000, torch::kLong)));
 }
 
-} // namespace
-} // namespace ampkit::data
+}  // namespace
+}  // namespace ampkit::data

@@ -62,4 +62,4 @@ class Autocast {
   bool prev_cache_enabled_;
 };
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -14,16 +14,16 @@ namespace ampkit {
 /// Reduced-precision instructions of the host CPU, each true only when the
 /// CPU reports it (CPUID) and the OS has enabled its register state (XCR0).
 struct CpuCapability {
-  std::string vendor; ///< CPUID vendor string, "" off x86
+  std::string vendor;  ///< CPUID vendor string, "" off x86
   bool avx2 = false;
   bool fma = false;
-  bool f16c = false; ///< fp16 <-> fp32 conversion only, no fp16 math
+  bool f16c = false;  ///< fp16 <-> fp32 conversion only, no fp16 math
   bool avx512f = false;
-  bool avx512_bf16 = false; ///< VDPBF16PS: bf16 dot products
-  bool avx512_fp16 = false; ///< native fp16 arithmetic
-  bool amx_bf16 = false; ///< AMX tiles with bf16 matmul
-  bool amx_fp16 = false; ///< AMX tiles with fp16 matmul
-  bool neon_bf16 = false; ///< Arm BF16 extension (aarch64)
+  bool avx512_bf16 = false;  ///< VDPBF16PS: bf16 dot products
+  bool avx512_fp16 = false;  ///< native fp16 arithmetic
+  bool amx_bf16 = false;     ///< AMX tiles with bf16 matmul
+  bool amx_fp16 = false;     ///< AMX tiles with fp16 matmul
+  bool neon_bf16 = false;    ///< Arm BF16 extension (aarch64)
 
   /// bf16 matmuls run natively (AVX512-BF16, AMX-BF16 or Arm BF16), so bf16
   /// autocast is faster than fp32 rather than 15-20x slower.
@@ -40,7 +40,7 @@ struct CpuCapability {
 struct CudaDeviceCapability {
   int index = 0;
   std::string name;
-  int major = 0; ///< compute capability major (8 for A100, 9 for H100)
+  int major = 0;  ///< compute capability major (8 for A100, 9 for H100)
   int minor = 0;
 
   /// fp16 tensor cores: compute capability >= 7.0 (Volta).
@@ -62,7 +62,7 @@ struct CudaDeviceCapability {
 struct Capabilities {
   int torch_major = 0;
   int torch_minor = 0;
-  bool cuda_available = false; ///< LibTorch has CUDA and sees a GPU
+  bool cuda_available = false;  ///< LibTorch has CUDA and sees a GPU
   int current_cuda_device = 0;
   CpuCapability cpu;
   std::vector<CudaDeviceCapability> cuda_devices;
@@ -93,4 +93,4 @@ void check_autocast_supported(
 /// One line per device: "cpu: avx512_bf16 amx_bf16 ... native bf16: yes".
 std::string describe(const Capabilities& caps);
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -51,7 +51,7 @@ struct GradScalerOptions {
 
 /// What report_overflow collects about one skipped step.
 struct OverflowReport {
-  int64_t step = 0; ///< number of update() calls before this one
+  int64_t step = 0;  ///< number of update() calls before this one
   double old_scale = 0;
   double new_scale = 0;
   /// Names of the parameters with inf/NaN gradients ("fc1.weight" when
@@ -157,8 +157,8 @@ class GradScaler {
   GradScalerOptions options_;
   double init_scale_;
   int64_t init_growth_tracker_ = 0;
-  torch::Tensor scale_; // float32, 0-dim
-  torch::Tensor growth_tracker_; // int32, 0-dim
+  torch::Tensor scale_;           // float32, 0-dim
+  torch::Tensor growth_tracker_;  // int32, 0-dim
   std::unordered_map<const torch::optim::Optimizer*, OptimizerState>
       per_optimizer_states_;
   // Parameters with non-finite gradients this iteration, for the report.
@@ -171,4 +171,4 @@ class GradScaler {
   std::optional<OverflowReport> last_overflow_;
 };
 
-} // namespace ampkit
+}  // namespace ampkit

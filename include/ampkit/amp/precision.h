@@ -25,4 +25,4 @@ std::string to_string(Precision precision);
 /// bf16. Throws ampkit::InvalidArgument for `no` and `automatic`.
 c10::ScalarType to_dtype(Precision precision);
 
-} // namespace ampkit
+}  // namespace ampkit

@@ -18,13 +18,12 @@ constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 at::Tensor read_idx(const std::string& path);
 
 struct FashionMnist {
-  at::Tensor images; ///< [N, 1, 28, 28] float32 in [0, 1]
-  at::Tensor labels; ///< [N] int64 in [0, 10)
+  at::Tensor images;  ///< [N, 1, 28, 28] float32 in [0, 1]
+  at::Tensor labels;  ///< [N] int64 in [0, 10)
 };
 
 /// The training (60000) or test (10000) split from `dir`.
 FashionMnist load_fashion_mnist(
-    bool train,
-    const std::string& dir = kFashionMnistDir);
+    bool train, const std::string& dir = kFashionMnistDir);
 
-} // namespace ampkit::data
+}  // namespace ampkit::data

@@ -1,0 +1,14 @@
+// The CPU unscale loop of the GradScaler fallback, in a translation unit of
+// its own so that it is built with -O3 and per-ISA clones (no torch headers).
+#pragma once
+
+#include <cstdint>
+
+namespace ampkit::detail {
+
+/// Multiplies data[0, n) by inv in place (skipped when inv == 1) and returns
+/// true when any input value was inf or NaN.
+bool check_and_scale(float* data, int64_t n, float inv);
+bool check_and_scale(double* data, int64_t n, double inv);
+
+}  // namespace ampkit::detail
