@@ -175,6 +175,18 @@ TEST(GradScalerTest, SteppedRejectsStepAndUnscaleUntilUpdate) {
   EXPECT_NO_THROW(scaler.update());
 }
 
+TEST(GradScalerTest, UpdateAfterUnscaleWithoutStepBacksOffAndResets) {
+  Tiny m;
+  GradScaler scaler;
+  m.backward(scaler);
+  m.w.grad()[0] = kInf;
+  scaler.unscale_(m.opt);
+  scaler.update(); // UNSCALED -> READY, using the recorded inf check
+  EXPECT_EQ(scaler.get_scale(), 32768.0);
+  m.backward(scaler);
+  EXPECT_NO_THROW(scaler.unscale_(m.opt));
+}
+
 TEST(GradScalerTest, StepWithoutAnyGradientSaysNoInfChecksWereRecorded) {
   Tiny m;
   GradScaler scaler;

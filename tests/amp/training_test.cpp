@@ -47,15 +47,17 @@ double train(const Problem& p, bool autocast, bool scaler_on) {
   return torch::mse_loss(model->forward(p.x), p.y).item<double>();
 }
 
-// Stated tolerance: bf16 keeps 8 bits of mantissa, so after 200 Adam steps
-// the fp32-evaluated loss may differ from the fp32-trained one by at most
-// 0.05 in absolute terms (the initial loss is ~8, the fp32 final ~0.01).
-constexpr double kBf16LossTolerance = 0.05;
+// Stated tolerance: after 200 Adam steps both runs, evaluated in fp32, sit
+// near the noise floor (fp32 ~0.0102 from an initial ~8); bf16 training may
+// end at most 0.002 (20% of that) away. Measured here: 0.010171 vs 0.010189.
+constexpr double kBf16LossTolerance = 0.002;
 
 TEST(TrainingTest, Bf16AutocastEndsWithinToleranceOfFp32) {
   const Problem p = make_problem();
   const double fp32 = train(p, false, false);
   const double bf16 = train(p, true, false);
+  RecordProperty("fp32_loss", std::to_string(fp32));
+  RecordProperty("bf16_loss", std::to_string(bf16));
   EXPECT_LT(fp32, 0.1) << "the fp32 baseline did not learn";
   EXPECT_NEAR(bf16, fp32, kBf16LossTolerance);
 }
