@@ -103,6 +103,22 @@ bool uses_extensions(const GradScalerOptions& o) {
          o.max_skipped_steps_at_min_scale() > 0;
 }
 
+using PerDevice = std::vector<std::pair<c10::Device, torch::Tensor>>;
+
+// The entry of `copies` for `device`, made by `make(device)` the first time
+// (PyTorch's _MultiDeviceReplicator).
+template <typename Make>
+torch::Tensor& on_device(
+    PerDevice& copies, const c10::Device& device, Make make) {
+  for (auto& [d, t] : copies) {
+    if (d == device) {
+      return t;
+    }
+  }
+  copies.emplace_back(device, make(device));
+  return copies.back().second;
+}
+
 std::string position_name(size_t group, size_t index) {
   return "param_groups[" + std::to_string(group) + "][" +
          std::to_string(index) + "]";
@@ -149,7 +165,7 @@ ScaleState next_scale_state(
 }  // namespace detail
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(std::move(options)), init_scale_(options_.init_scale()) {
+    : options_(options), init_scale_(options_.init_scale()) {
   validate(options_);
 }
 
@@ -187,22 +203,14 @@ std::vector<torch::Tensor> GradScaler::scale(
   if (!scale_.defined()) {
     lazy_init(outputs.front().device());
   }
-  // One copy of the scale per device, as PyTorch's _MultiDeviceReplicator.
-  std::vector<std::pair<c10::Device, torch::Tensor>> copies;
+  PerDevice copies;
   std::vector<torch::Tensor> scaled;
   scaled.reserve(outputs.size());
   for (const auto& out : outputs) {
-    const torch::Tensor* copy = nullptr;
-    for (const auto& [device, t] : copies) {
-      if (device == out.device()) {
-        copy = &t;
-      }
-    }
-    if (copy == nullptr) {
-      copies.emplace_back(out.device(), scale_.to(out.device(), true));
-      copy = &copies.back().second;
-    }
-    scaled.push_back(out * *copy);
+    scaled.push_back(
+        out * on_device(copies, out.device(), [&](const c10::Device& d) {
+          return scale_.to(d, /*non_blocking=*/true);
+        }));
   }
   return scaled;
 }
@@ -267,32 +275,18 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
     }
   }
 
-  std::vector<std::pair<c10::Device, torch::Tensor>> found_inf_per_device;
-  std::vector<std::pair<c10::Device, torch::Tensor>> inv_scale_per_device;
+  PerDevice found_inf_per_device;
+  PerDevice inv_scale_per_device;
   for (auto& group : groups) {
-    torch::Tensor* found_inf = nullptr;
-    torch::Tensor* inv = nullptr;
-    for (auto& [device, t] : found_inf_per_device) {
-      if (device == group.device) {
-        found_inf = &t;
-      }
-    }
-    for (auto& [device, t] : inv_scale_per_device) {
-      if (device == group.device) {
-        inv = &t;
-      }
-    }
-    if (found_inf == nullptr) {
-      found_inf_per_device.emplace_back(
-          group.device,
-          at::zeros(
-              {}, at::TensorOptions().dtype(at::kFloat).device(group.device)));
-      found_inf = &found_inf_per_device.back().second;
-      inv_scale_per_device.emplace_back(
-          group.device, inv_scale.to(group.device, /*non_blocking=*/true));
-      inv = &inv_scale_per_device.back().second;
-    }
-    detail::non_finite_check_and_unscale_(group.grads, *found_inf, *inv);
+    torch::Tensor& found_inf =
+        on_device(found_inf_per_device, group.device, [](const c10::Device& d) {
+          return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(d));
+        });
+    const torch::Tensor& inv = on_device(
+        inv_scale_per_device, group.device, [&](const c10::Device& d) {
+          return inv_scale.to(d, /*non_blocking=*/true);
+        });
+    detail::non_finite_check_and_unscale_(group.grads, found_inf, inv);
   }
   return found_inf_per_device;
 }

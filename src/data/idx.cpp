@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ampkit/error.h"
@@ -69,40 +71,27 @@ at::Tensor read_idx(const std::string& path) {
             std::to_string(magic[0]) + " " + std::to_string(magic[1]) +
             " where 0 0 was expected.");
   }
-  at::ScalarType dtype;
-  size_t element_size;
-  switch (magic[2]) {
-    case 0x08:
-      dtype = at::kByte;
-      element_size = 1;
-      break;
-    case 0x09:
-      dtype = at::kChar;
-      element_size = 1;
-      break;
-    case 0x0B:
-      dtype = at::kShort;
-      element_size = 2;
-      break;
-    case 0x0C:
-      dtype = at::kInt;
-      element_size = 4;
-      break;
-    case 0x0D:
-      dtype = at::kFloat;
-      element_size = 4;
-      break;
-    case 0x0E:
-      dtype = at::kDouble;
-      element_size = 8;
-      break;
-    default:
-      throw IoError(
-          kComponent,
-          path + ": unknown IDX element type, got " + std::to_string(magic[2]) +
-              "; valid: 8 (uint8), 9 (int8), 11 (int16), 12 (int32), 13 "
-              "(float32), 14 (float64).");
+  // IDX type codes and the tensor dtypes they become.
+  constexpr std::pair<unsigned char, at::ScalarType> kTypes[] = {
+      {0x08, at::kByte},
+      {0x09, at::kChar},
+      {0x0B, at::kShort},
+      {0x0C, at::kInt},
+      {0x0D, at::kFloat},
+      {0x0E, at::kDouble}};
+  const auto* type =
+      std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& t) {
+        return t.first == magic[2];
+      });
+  if (type == std::end(kTypes)) {
+    throw IoError(
+        kComponent,
+        path + ": unknown IDX element type, got " + std::to_string(magic[2]) +
+            "; valid: 8 (uint8), 9 (int8), 11 (int16), 12 (int32), 13 "
+            "(float32), 14 (float64).");
   }
+  const at::ScalarType dtype = type->second;
+  const size_t element_size = c10::elementSize(dtype);
   const int ndims = magic[3];
   if (ndims == 0) {
     throw IoError(kComponent, path + ": IDX file with 0 dimensions.");
