@@ -2,10 +2,9 @@
 // the unscale fallback for LibTorch builds without a CPU kernel.
 #include "amp/compat.h"
 
-#include <ATen/Parallel.h>
+#include <ATen/Parallel.h>  // at::get_num_threads
 #include <ATen/autocast_mode.h>
 
-#include <atomic>
 #include <cmath>
 
 #include "amp/unscale_kernel.h"
@@ -92,20 +91,6 @@ bool has_amp_kernels(c10::DeviceType device_type) {
 
 namespace {
 
-template <typename T>
-bool check_and_scale_contiguous(at::Tensor& grad, T inv) {
-  T* data = grad.data_ptr<T>();
-  std::atomic<bool> found{false};
-  // 64k elements per task: large enough that threads stream memory, small
-  // enough that a 10M-element tensor is split across every core.
-  at::parallel_for(0, grad.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-    if (check_and_scale(data + begin, end - begin, inv)) {
-      found.store(true, std::memory_order_relaxed);
-    }
-  });
-  return found.load();
-}
-
 void fallback_non_finite_check_and_unscale_(
     at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
   if (grads.empty()) {
@@ -114,14 +99,17 @@ void fallback_non_finite_check_and_unscale_(
   if (found_inf.is_cpu()) {
     // CPU tensors: reading the scalars costs no device synchronisation.
     const float inv = inv_scale.item<float>();
+    const int threads = at::get_num_threads();
     bool found = false;
     at::NoGradGuard no_grad;
     for (const at::Tensor& g : grads) {
       at::Tensor grad = g;
       if (grad.is_contiguous() && grad.scalar_type() == at::kFloat) {
-        found |= check_and_scale_contiguous<float>(grad, inv);
+        found |=
+            check_and_scale(grad.data_ptr<float>(), grad.numel(), inv, threads);
       } else if (grad.is_contiguous() && grad.scalar_type() == at::kDouble) {
-        found |= check_and_scale_contiguous<double>(grad, double(inv));
+        found |= check_and_scale(
+            grad.data_ptr<double>(), grad.numel(), double(inv), threads);
       } else {
         found |= !at::isfinite(grad).all().item<bool>();
         if (inv != 1.0f) {

@@ -1,14 +1,10 @@
 // One pass per value: read once, flag non-finite, write scaled. Built with
-// -O3 (see src/CMakeLists.txt) and, on x86, cloned for AVX-512 and AVX2 with
-// the best chosen at load time, since Debian's default target is SSE2.
+// -O3 (GCC's -O2 leaves the loop scalar) and OpenMP (see src/CMakeLists.txt).
+// SSE2 vectors already saturate memory bandwidth here: AVX2/AVX-512 clones
+// measured no faster, so there are none.
 #include "amp/unscale_kernel.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define AMPKIT_CLONES \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define AMPKIT_CLONES
-#endif
+#include <algorithm>
 
 namespace ampkit::detail {
 
@@ -46,12 +42,35 @@ inline bool span(T* data, int64_t n, T inv) {
 
 }  // namespace
 
-AMPKIT_CLONES bool check_and_scale(float* data, int64_t n, float inv) {
-  return inv == 1.0f ? span<false>(data, n, inv) : span<true>(data, n, inv);
+namespace {
+
+template <typename T>
+bool check_and_scale_parallel(T* data, int64_t n, T inv, int threads) {
+  // 64k elements per chunk: large enough to stream memory, small enough that
+  // a 10M-element gradient is spread over every thread.
+  constexpr int64_t kChunk = int64_t(1) << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  bool found = false;
+#pragma omp parallel for num_threads(threads) schedule(static) \
+    reduction(||                                               \
+              : found) if (chunks > 1 && threads > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    T* begin = data + c * kChunk;
+    const int64_t len = std::min(kChunk, n - c * kChunk);
+    found = found || (inv == T(1) ? span<false>(begin, len, inv)
+                                  : span<true>(begin, len, inv));
+  }
+  return found;
 }
 
-AMPKIT_CLONES bool check_and_scale(double* data, int64_t n, double inv) {
-  return inv == 1.0 ? span<false>(data, n, inv) : span<true>(data, n, inv);
+}  // namespace
+
+bool check_and_scale(float* data, int64_t n, float inv, int threads) {
+  return check_and_scale_parallel(data, n, inv, threads);
+}
+
+bool check_and_scale(double* data, int64_t n, double inv, int threads) {
+  return check_and_scale_parallel(data, n, inv, threads);
 }
 
 }  // namespace ampkit::detail
