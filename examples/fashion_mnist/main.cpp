@@ -155,15 +155,23 @@ int run(const Args& args) {
         const double secs = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start)
                                 .count();
+        // The loss scale only exists with fp16; bf16 and fp32 print none.
+        char scale[64] = "";
+        if (scaler.is_enabled()) {
+          std::snprintf(
+              scale,
+              sizeof(scale),
+              " scale %g skipped %lld",
+              scaler.get_scale(),
+              static_cast<long long>(skipped));
+        }
         std::printf(
-            "epoch %d step %lld/%lld loss %.4f scale %g skipped %lld "
-            "samples/s %.0f\n",
+            "epoch %d step %lld/%lld loss %.4f%s samples/s %.0f\n",
             epoch,
             static_cast<long long>(step + 1),
             static_cast<long long>(steps_per_epoch),
             running / since_log,
-            scaler.get_scale(),
-            static_cast<long long>(skipped),
+            scale,
             double((step + 1) * args.batch_size) / secs);
         std::fflush(stdout);
         running = 0;

@@ -32,6 +32,17 @@ struct Tiny {
     opt.zero_grad();
     scaler.scale(loss()).backward();
   }
+  // One iteration, with an inf put into w's gradient when `overflow`;
+  // returns whether the optimizer stepped.
+  bool train_step(GradScaler& scaler, bool overflow) {
+    backward(scaler);
+    if (overflow) {
+      w.grad()[0] = kInf;
+    }
+    const bool stepped = scaler.step(opt).has_value();
+    scaler.update();
+    return stepped;
+  }
 };
 
 TEST(GradScalerTest, DefaultsArePyTorchs) {
@@ -181,7 +192,7 @@ TEST(GradScalerTest, UpdateAfterUnscaleWithoutStepBacksOffAndResets) {
   m.backward(scaler);
   m.w.grad()[0] = kInf;
   scaler.unscale_(m.opt);
-  scaler.update(); // UNSCALED -> READY, using the recorded inf check
+  scaler.update();  // UNSCALED -> READY, using the recorded inf check
   EXPECT_EQ(scaler.get_scale(), 32768.0);
   m.backward(scaler);
   EXPECT_NO_THROW(scaler.unscale_(m.opt));
@@ -304,9 +315,7 @@ TEST(GradScalerTest, GrowsAfterGrowthIntervalCleanSteps) {
   GradScaler scaler(GradScalerOptions().init_scale(4).growth_interval(3));
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(scaler.get_scale(), 4.0);
-    m.backward(scaler);
-    scaler.step(m.opt);
-    scaler.update();
+    EXPECT_TRUE(m.train_step(scaler, /*overflow=*/false));
   }
   EXPECT_EQ(scaler.get_scale(), 8.0);
   EXPECT_EQ(scaler.get_growth_tracker(), 0);
@@ -526,15 +535,7 @@ TEST(GradScalerTest, FindsASingleInfAnywhereInALargeGradient) {
 TEST(GradScalerTest, HysteresisBacksOffOnlyOnTheNthOverflowInARow) {
   Tiny m;
   GradScaler scaler(GradScalerOptions().init_scale(64).hysteresis(2));
-  auto overflow_step = [&](bool inf) {
-    m.backward(scaler);
-    if (inf) {
-      m.w.grad()[0] = kInf;
-    }
-    auto r = scaler.step(m.opt);
-    scaler.update();
-    return r.has_value();
-  };
+  auto overflow_step = [&](bool inf) { return m.train_step(scaler, inf); };
   EXPECT_FALSE(overflow_step(true));
   EXPECT_EQ(scaler.get_scale(), 64.0);  // first overflow tolerated
   EXPECT_TRUE(overflow_step(false));    // a clean step resets the count
@@ -558,10 +559,7 @@ TEST(GradScalerTest, MinScaleFloorsTheBackoffAndStuckTrainingRaises) {
   std::vector<double> scales;
   try {
     for (int i = 0; i < 10; ++i) {
-      m.backward(scaler);
-      m.w.grad()[0] = kInf;
-      scaler.step(m.opt);
-      scaler.update();
+      m.train_step(scaler, /*overflow=*/true);
       scales.push_back(scaler.get_scale());
     }
     ADD_FAILURE() << "expected TrainingDiverged";
@@ -608,10 +606,7 @@ TEST(GradScalerTest, OverflowReportNamesTheNonFiniteParameters) {
 TEST(GradScalerTest, OverflowReportIsOffByDefault) {
   Tiny m;
   GradScaler scaler;
-  m.backward(scaler);
-  m.w.grad()[0] = kInf;
-  scaler.step(m.opt);
-  scaler.update();
+  EXPECT_FALSE(m.train_step(scaler, /*overflow=*/true));
   EXPECT_FALSE(scaler.last_overflow().has_value());
 }
 
