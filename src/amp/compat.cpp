@@ -93,9 +93,6 @@ namespace {
 
 void fallback_non_finite_check_and_unscale_(
     at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
-  if (grads.empty()) {
-    return;
-  }
   if (found_inf.is_cpu()) {
     // CPU tensors: reading the scalars costs no device synchronisation.
     const float inv = inv_scale.item<float>();

@@ -235,11 +235,10 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
         continue;
       }
       if (!allow_fp16 && param.grad().scalar_type() == at::kHalf) {
-        auto named = parameter_names_.find(param.unsafeGetTensorImpl());
-        const std::string name =
-            named != parameter_names_.end()
-                ? named->second + " (" + position_name(g, i) + ")"
-                : position_name(g, i);
+        const std::string* named = registered_name(param);
+        const std::string name = named != nullptr
+                                     ? *named + " (" + position_name(g, i) + ")"
+                                     : position_name(g, i);
         throw InvalidArgument(
             kComponent,
             "Attempting to unscale FP16 gradients. Parameter " + name +
@@ -469,10 +468,8 @@ std::vector<std::string> GradScaler::non_finite_parameters(
       if (at::isfinite(values).all().item<bool>()) {
         continue;
       }
-      auto named = parameter_names_.find(params[i].unsafeGetTensorImpl());
-      names.push_back(
-          named != parameter_names_.end() ? named->second
-                                          : position_name(g, i));
+      const std::string* named = registered_name(params[i]);
+      names.push_back(named != nullptr ? *named : position_name(g, i));
     }
   }
   return names;
@@ -703,6 +700,12 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
   }
   consecutive_overflows_ = overflows;
   skipped_at_min_scale_ = at_floor;
+}
+
+const std::string* GradScaler::registered_name(
+    const torch::Tensor& param) const {
+  auto it = parameter_names_.find(param.unsafeGetTensorImpl());
+  return it != parameter_names_.end() ? &it->second : nullptr;
 }
 
 void GradScaler::register_parameter_names(

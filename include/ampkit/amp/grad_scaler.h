@@ -151,6 +151,8 @@ class GradScaler {
   bool uses_host_update() const;
   void update_on_host(const torch::Tensor& found_inf);
   void report(double old_scale, double new_scale);
+  /// The name given by register_parameter_names, or nullptr.
+  const std::string* registered_name(const torch::Tensor& param) const;
   std::vector<std::string> non_finite_parameters(
       torch::optim::Optimizer& optimizer) const;
 
