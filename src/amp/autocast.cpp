@@ -3,7 +3,12 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <mutex>
+#include <set>
+#include <tuple>
+
 #include "amp/compat.h"
+#include "amp/cuda_capability.h"
 #include "ampkit/amp/capability.h"
 #include "ampkit/error.h"
 
@@ -26,6 +31,25 @@ AutocastOptions options_for(c10::DeviceType device_type, Precision precision) {
   return AutocastOptions(device_type, to_dtype(precision));
 }
 
+// The hardware and LibTorch do not change within a process, so each
+// (device type, dtype, CUDA device) is checked once: a prepared forward
+// opens a guard every step, and the full query reads every GPU's properties.
+void check_supported_once(c10::DeviceType device_type, c10::ScalarType dtype) {
+  using Key = std::tuple<c10::DeviceType, c10::ScalarType, int>;
+  static std::mutex mutex;
+  static std::set<Key> supported;
+  const Key key{device_type, dtype, detail::current_cuda_device()};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (supported.count(key) != 0) {
+      return;
+    }
+  }
+  check_autocast_supported(device_type, dtype);
+  std::lock_guard<std::mutex> lock(mutex);
+  supported.insert(key);
+}
+
 const AutocastOptions& validated(const AutocastOptions& options) {
   if (options.device_type() != c10::DeviceType::CPU &&
       options.device_type() != c10::DeviceType::CUDA) {
@@ -36,7 +60,7 @@ const AutocastOptions& validated(const AutocastOptions& options) {
             ". Use torch::kCPU or torch::kCUDA.");
   }
   if (options.enabled()) {
-    check_autocast_supported(options.device_type(), options.dtype());
+    check_supported_once(options.device_type(), options.dtype());
   }
   return options;
 }

@@ -159,6 +159,52 @@ std::optional<std::string> autocast_unsupported_reason(
          ". Use torch::kCPU or torch::kCUDA.";
 }
 
+PrecisionChoice auto_precision(
+    c10::DeviceType device_type,
+    const Capabilities& caps) {
+  if (device_type == c10::DeviceType::CUDA) {
+    const CudaDeviceCapability* dev = nullptr;
+    for (const auto& d : caps.cuda_devices) {
+      if (d.index == caps.current_cuda_device) {
+        dev = &d;
+      }
+    }
+    if (!caps.cuda_available || dev == nullptr) {
+      return {Precision::no, "no CUDA device is visible"};
+    }
+    const std::string gpu = dev->name + " (cuda:" + std::to_string(dev->index) +
+        ") has compute capability " + std::to_string(dev->major) + "." +
+        std::to_string(dev->minor);
+    if (dev->bf16()) {
+      return {Precision::bf16, gpu + " >= 8.0 (bf16 needs no loss scaling)"};
+    }
+    return {Precision::fp16,
+            gpu + " < 8.0, without bf16 (fp16 runs with loss scaling)"};
+  }
+  if (device_type == c10::DeviceType::CPU) {
+    const CpuCapability& c = caps.cpu;
+    if (c.native_bf16()) {
+      std::string units;
+      for (const auto& [name, present] :
+           {std::pair<const char*, bool>{"AVX512-BF16", c.avx512_bf16},
+            {"AMX-BF16", c.amx_bf16},
+            {"Arm BF16", c.neon_bf16}}) {
+        if (present) {
+          units += units.empty() ? name : std::string(", ") + name;
+        }
+      }
+      return {Precision::bf16,
+              "the CPU has native bf16 matmul (" + units + ")"};
+    }
+    return {Precision::no,
+            "the CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 "
+            "autocast runs 15-20x slower than fp32"};
+  }
+  return {Precision::no,
+          "autocast supports only CPU and CUDA, got " +
+              c10::DeviceTypeName(device_type)};
+}
+
 void check_autocast_supported(
     c10::DeviceType device_type,
     c10::ScalarType dtype,

@@ -9,6 +9,8 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
+#include "ampkit/amp/precision.h"
+
 namespace ampkit {
 
 /// Reduced-precision instructions of the host CPU, each true only when the
@@ -89,6 +91,21 @@ void check_autocast_supported(
     c10::DeviceType device_type,
     c10::ScalarType dtype,
     const Capabilities& caps = Capabilities::current());
+
+/// What mixed_precision "auto" becomes on a device, and why (one sentence
+/// for the start-up log).
+struct PrecisionChoice {
+  Precision precision = Precision::no;
+  std::string reason;
+};
+
+/// accelerate's "auto", checked against the hardware: bf16 on a CUDA GPU of
+/// compute capability >= 8.0, fp16 on older GPUs, bf16 on a CPU with native
+/// bf16 (AVX512-BF16, AMX-BF16 or Arm BF16), otherwise no (fp32): without
+/// native bf16 a CPU runs bf16 autocast 15-20x slower than fp32.
+PrecisionChoice auto_precision(
+    c10::DeviceType device_type,
+    const Capabilities& caps);
 
 /// One line per device: "cpu: avx512_bf16 amx_bf16 ... native bf16: yes".
 std::string describe(const Capabilities& caps);

@@ -2,7 +2,6 @@
 // torch.amp.GradScaler, plus opt-in guards against runaway overflow.
 #pragma once
 
-#include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
@@ -15,6 +14,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "ampkit/state_dict.h"
 
 namespace ampkit {
 
@@ -62,7 +63,7 @@ struct OverflowReport {
 /// The scaler's state as PyTorch's state_dict: "scale", "growth_factor",
 /// "backoff_factor" (doubles), "growth_interval", "_growth_tracker"
 /// (integers); with ampkit's extra options on, also their keys.
-using GradScalerState = std::map<std::string, c10::IValue>;
+using GradScalerState = StateDict;
 
 /// Per-iteration use, as in PyTorch:
 ///

@@ -1,0 +1,187 @@
+// find_executable_batch_size and is_out_of_memory, against the real error of
+// LibTorch's CPU allocator and against c10::OutOfMemoryError.
+#include "ampkit/utils/memory.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ampkit/error.h"
+#include "test_util.h"
+
+namespace ampkit {
+namespace {
+
+// 2^46 floats (256 TiB): the CPU allocator fails at once with ENOMEM, even
+// with overcommit.
+void allocate_too_much() {
+  torch::empty({1LL << 46});
+}
+
+c10::Error real_cpu_oom() {
+  try {
+    allocate_too_much();
+  } catch (const c10::Error& e) {
+    return e;
+  }
+  throw std::logic_error("allocating 256 TiB did not fail");
+}
+
+c10::OutOfMemoryError cuda_style_oom() {
+  return c10::OutOfMemoryError(
+      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+      "CUDA out of memory. Tried to allocate 2.00 GiB");
+}
+
+TEST(MemoryTest, NextBatchSizeIsNineTenthsRoundedDown) {
+  EXPECT_EQ(next_batch_size(128), 115);
+  EXPECT_EQ(next_batch_size(10), 9);
+  EXPECT_EQ(next_batch_size(2), 1);
+  EXPECT_EQ(next_batch_size(1), 0);
+  EXPECT_EQ(next_batch_size(0), 0);
+  // Exact near the top of the range, where batch_size * 9 would overflow.
+  EXPECT_EQ(
+      next_batch_size(std::numeric_limits<int64_t>::max()),
+      int64_t{8301034833169298226});
+  AMPKIT_EXPECT_THROWS_WITH(
+      next_batch_size(-1),
+      InvalidArgument,
+      "next_batch_size: batch size must not be negative, got -1.");
+}
+
+TEST(MemoryTest, RecognisesOutOfMemoryErrorsAndNothingElse) {
+  EXPECT_TRUE(is_out_of_memory(cuda_style_oom()));
+  const c10::Error cpu = real_cpu_oom();
+  EXPECT_THAT(
+      std::string(cpu.what()),
+      ::testing::HasSubstr("DefaultCPUAllocator: can't allocate memory"));
+  EXPECT_TRUE(is_out_of_memory(cpu));
+  EXPECT_TRUE(is_out_of_memory(c10::Error(
+      "DefaultCPUAllocator: not enough memory: you tried to allocate 8 bytes.",
+      "")));
+  EXPECT_FALSE(is_out_of_memory(c10::Error("shape mismatch", "")));
+  EXPECT_FALSE(is_out_of_memory(std::bad_alloc()));
+  EXPECT_FALSE(is_out_of_memory(std::runtime_error(
+      "DefaultCPUAllocator: can't allocate memory (not a c10::Error)")));
+}
+
+TEST(MemoryTest, ShrinksByTenPercentUntilTheBatchFits) {
+  std::vector<int64_t> tried;
+  const int64_t result = find_executable_batch_size(
+      [&](int64_t batch_size) {
+        tried.push_back(batch_size);
+        if (batch_size > 70) {
+          allocate_too_much();
+        }
+        return batch_size * 2;
+      },
+      128);
+  EXPECT_EQ(tried, (std::vector<int64_t>{128, 115, 103, 92, 82, 73, 65}));
+  EXPECT_EQ(result, 130);
+}
+
+TEST(MemoryTest, RetriesOnCudaStyleOutOfMemoryToo) {
+  std::vector<int64_t> tried;
+  const std::string result = find_executable_batch_size(
+      [&](int64_t batch_size) {
+        tried.push_back(batch_size);
+        if (batch_size == 16) {
+          throw cuda_style_oom();
+        }
+        return std::to_string(batch_size);
+      },
+      16);
+  EXPECT_EQ(tried, (std::vector<int64_t>{16, 14}));
+  EXPECT_EQ(result, "14");
+}
+
+TEST(MemoryTest, WorksWithAVoidFunction) {
+  int calls = 0;
+  find_executable_batch_size(
+      [&](int64_t batch_size) {
+        ++calls;
+        if (batch_size > 8) {
+          allocate_too_much();
+        }
+      },
+      10);
+  EXPECT_EQ(calls, 3);  // 10 and 9 run out of memory, 8 fits
+}
+
+TEST(MemoryTest, GivesUpWhenEvenBatchSizeOneRunsOutOfMemory) {
+  std::vector<int64_t> tried;
+  AMPKIT_EXPECT_THROWS_WITH(
+      find_executable_batch_size(
+          [&](int64_t batch_size) {
+            tried.push_back(batch_size);
+            allocate_too_much();
+          },
+          128),
+      Unsupported,
+      "find_executable_batch_size: no batch size fits in memory, got "
+      "out-of-memory down to batch size 1 (started at 128). Free memory, use "
+      "mixed_precision bf16, or lower the model size.");
+  ASSERT_FALSE(tried.empty());
+  EXPECT_EQ(tried.front(), 128);
+  EXPECT_EQ(tried.back(), 1);
+  for (size_t i = 1; i < tried.size(); ++i) {
+    EXPECT_EQ(tried[i], next_batch_size(tried[i - 1]));
+  }
+}
+
+TEST(MemoryTest, RethrowsOtherExceptionsOnTheFirstTryUnchanged) {
+  int calls = 0;
+  try {
+    find_executable_batch_size(
+        [&](int64_t) -> int {
+          ++calls;
+          throw std::invalid_argument("bad config");
+        },
+        64);
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "bad config");
+  }
+  EXPECT_EQ(calls, 1);
+
+  calls = 0;
+  try {
+    find_executable_batch_size(
+        [&](int64_t) {
+          ++calls;
+          // A shape error: a c10::Error that is not out of memory.
+          torch::matmul(torch::ones({2, 3}), torch::ones({2, 3}));
+        },
+        64);
+    ADD_FAILURE() << "expected c10::Error";
+  } catch (const c10::Error& e) {
+    EXPECT_FALSE(is_out_of_memory(e));
+    EXPECT_THAT(
+        std::string(e.what()), ::testing::HasSubstr("cannot be multiplied"));
+  }
+  EXPECT_EQ(calls, 1);
+
+  // A c10::Error subclass keeps its own type.
+  EXPECT_THROW(
+      find_executable_batch_size([](int64_t) { torch::ones({2})[5]; }, 64),
+      c10::IndexError);
+}
+
+TEST(MemoryTest, RejectsANonPositiveStartingBatchSize) {
+  int calls = 0;
+  AMPKIT_EXPECT_THROWS_WITH(
+      find_executable_batch_size([&](int64_t) { ++calls; }, 0),
+      InvalidArgument,
+      "find_executable_batch_size: starting_batch_size must be positive, got "
+      "0.");
+  AMPKIT_EXPECT_THROWS_WITH(
+      find_executable_batch_size([&](int64_t) { ++calls; }, -4),
+      InvalidArgument,
+      "got -4.");
+  EXPECT_EQ(calls, 0);
+}
+
+}  // namespace
+}  // namespace ampkit
