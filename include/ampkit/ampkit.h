@@ -1,6 +1,9 @@
 // Umbrella header: everything ampkit offers, for `#include <ampkit/ampkit.h>`.
 #pragma once
 
+#include "ampkit/accelerator/accelerator.h"
+#include "ampkit/accelerator/options.h"
+#include "ampkit/accelerator/prepared.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/capability.h"
 #include "ampkit/amp/grad_scaler.h"

@@ -1,0 +1,235 @@
+// ampkit::Accelerator: turns a plain LibTorch training loop into a
+// mixed-precision, gradient-accumulating one, as Hugging Face accelerate does.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ampkit/accelerator/options.h"
+#include "ampkit/accelerator/prepared.h"
+#include "ampkit/amp/autocast.h"
+#include "ampkit/amp/grad_scaler.h"
+#include "ampkit/optim/scheduler.h"
+
+namespace ampkit {
+
+/// How reduce() combines one tensor across processes.
+enum class Reduction { sum, mean, max };
+
+/// The RAII scope of one micro-step (accelerate's `with
+/// accelerator.accumulate(model)`): on entry it decides whether this
+/// micro-step synchronises gradients (every gradient_accumulation_steps-th,
+/// and the last batch of a prepared data loader); the prepared optimizer and
+/// scheduler step only on those.
+class [[nodiscard]] AccumulateScope {
+ public:
+  ~AccumulateScope();
+  AccumulateScope(const AccumulateScope&) = delete;
+  AccumulateScope& operator=(const AccumulateScope&) = delete;
+  AccumulateScope(AccumulateScope&&) = delete;
+  AccumulateScope& operator=(AccumulateScope&&) = delete;
+
+ private:
+  friend class Accelerator;
+  explicit AccumulateScope(std::shared_ptr<detail::AcceleratorState> state);
+  std::shared_ptr<detail::AcceleratorState> state_;
+};
+
+/// A training loop with the Accelerator:
+///
+///   ampkit::Accelerator accelerator(ampkit::AcceleratorOptions()
+///       .mixed_precision("bf16").gradient_accumulation_steps(2));
+///   Net net;
+///   torch::optim::AdamW adamw(net->parameters(), 1e-3);
+///   auto [model, optimizer, loader] =
+///       accelerator.prepare(net, adamw, std::move(data_loader));
+///   for (auto& batch : loader) {
+///     auto scope = accelerator.accumulate(model);
+///     auto loss = torch::cross_entropy_loss(model(batch.data), batch.target);
+///     accelerator.backward(loss);
+///     optimizer.step();
+///     optimizer.zero_grad();
+///   }
+class Accelerator {
+ public:
+  /// Resolves the options (see resolve_options), seeds the generators when a
+  /// seed is set, and prints the resolved settings on the main process.
+  explicit Accelerator(AcceleratorOptions options = {});
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+  ~Accelerator();
+
+  const ResolvedAcceleratorOptions& options() const;
+  /// CUDA when present and not `cpu`, else CPU.
+  c10::Device device() const;
+  /// The precision in use, "auto" resolved.
+  Precision mixed_precision() const;
+  int64_t gradient_accumulation_steps() const;
+
+  /// Prepares one object for training on device():
+  /// - a model (a TORCH_MODULE holder or std::shared_ptr to an nn::Module):
+  ///   moved to the device; calling the returned PreparedModel runs forward
+  ///   under autocast and returns floating outputs as fp32;
+  /// - an optimizer (by reference; it must outlive the PreparedOptimizer):
+  ///   its state moves to the device; its step goes through the GradScaler
+  ///   and, like zero_grad, does nothing on accumulation micro-steps;
+  /// - an ampkit::optim::LRScheduler (by reference): steps only when an
+  ///   optimizer step really happened;
+  /// - a data loader (the std::unique_ptr of torch::data::make_data_loader):
+  ///   batches come on the device, and the last one is known in advance.
+  /// Prepare the model before its optimizer, as PyTorch moves parameters in
+  /// place and the optimizer keeps referring to them.
+  template <typename T>
+  auto prepare(T&& object);
+  /// Several at once, in order: auto [model, opt] = prepare(net, adamw).
+  template <typename T1, typename T2, typename... Rest>
+  auto prepare(T1&& first, T2&& second, Rest&&... rest) {
+    // Braced initialisation evaluates left to right: the model moves first.
+    return std::tuple<
+        decltype(prepare(std::forward<T1>(first))),
+        decltype(prepare(std::forward<T2>(second))),
+        decltype(prepare(std::forward<Rest>(rest)))...>{
+        prepare(std::forward<T1>(first)),
+        prepare(std::forward<T2>(second)),
+        prepare(std::forward<Rest>(rest))...};
+  }
+
+  /// loss.backward(), divided by gradient_accumulation_steps and scaled by
+  /// the GradScaler when loss scaling is on. With accumulation, call it
+  /// inside accumulate().
+  void backward(const torch::Tensor& loss);
+  /// Opens one micro-step; see AccumulateScope.
+  AccumulateScope accumulate(const PreparedModelBase& model);
+  /// Whether the current micro-step synchronises gradients and steps.
+  bool sync_gradients() const;
+  /// Whether the current batch is the last of a prepared data loader.
+  bool end_of_dataloader() const;
+
+  /// torch::nn::utils::clip_grad_norm_ on the unscaled gradients (unscaling
+  /// the prepared optimizers first under loss scaling). Returns the total
+  /// norm (0-dim, float) before clipping. On an accumulation micro-step the
+  /// gradients are partial: nothing happens and the result is undefined;
+  /// the synchronising micro-step clips the whole sum.
+  torch::Tensor clip_grad_norm_(
+      const std::vector<torch::Tensor>& parameters,
+      double max_norm,
+      double norm_type = 2.0);
+  /// Clamps every gradient to [-clip_value, clip_value] after unscaling;
+  /// nothing on a micro-step.
+  void clip_grad_value_(
+      const std::vector<torch::Tensor>& parameters,
+      double clip_value);
+  /// Unscales the prepared optimizers' gradients now (once per step); a
+  /// no-op without loss scaling.
+  void unscale_gradients();
+  /// Whether the last optimizer step that ran was skipped because the
+  /// GradScaler found inf/NaN gradients.
+  bool optimizer_step_was_skipped() const;
+  /// The GradScaler when loss scaling is on, else nullptr.
+  GradScaler* scaler();
+  /// A guard running its scope under the Accelerator's autocast, for work
+  /// outside the prepared forward (a disabled guard for precision no).
+  Autocast autocast() const;
+
+  /// Process topology; one process until the distributed layer runs.
+  bool is_main_process() const;
+  bool is_local_main_process() const;
+  int64_t process_index() const;
+  int64_t local_process_index() const;
+  int64_t num_processes() const;
+  /// Blocks until every process reaches it.
+  void wait_for_everyone();
+  /// Concatenates `tensor` from every process on dim 0; a 0-dim tensor
+  /// becomes shape [num_processes()], so shapes do not depend on whether
+  /// training is distributed.
+  torch::Tensor gather(const torch::Tensor& tensor);
+  /// Combines `tensor` across processes (sum, mean or max).
+  torch::Tensor reduce(
+      const torch::Tensor& tensor,
+      Reduction reduction = Reduction::sum);
+  /// Prints the arguments, separated by spaces, as one line on stdout, on
+  /// the main process only.
+  template <typename... Args>
+  void print(const Args&... args) const {
+    if (!is_main_process()) {
+      return;
+    }
+    std::ostringstream line;
+    const char* separator = "";
+    ((line << separator << args, separator = " "), ...);
+    print_line(line.str());
+  }
+
+ private:
+  PreparedOptimizer prepare_optimizer(torch::optim::Optimizer& optimizer);
+  PreparedScheduler prepare_scheduler(optim::LRScheduler& scheduler);
+  std::shared_ptr<torch::nn::Module> prepare_module(
+      std::shared_ptr<torch::nn::Module> module);
+  void print_line(const std::string& line) const;
+
+  std::shared_ptr<detail::AcceleratorState> state_;
+};
+
+namespace detail {
+template <typename T>
+struct is_unique_ptr : std::false_type {};
+template <typename T>
+struct is_unique_ptr<std::unique_ptr<T>> : std::true_type {};
+template <typename T>
+struct is_shared_ptr : std::false_type {};
+template <typename T>
+struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
+template <typename T>
+inline constexpr bool always_false = false;
+}  // namespace detail
+
+template <typename T>
+auto Accelerator::prepare(T&& object) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_base_of_v<torch::optim::Optimizer, U>) {
+    static_assert(
+        std::is_lvalue_reference_v<T>,
+        "Accelerator::prepare takes the optimizer by reference: pass a named "
+        "optimizer that outlives the training loop.");
+    return prepare_optimizer(object);
+  } else if constexpr (std::is_base_of_v<optim::LRScheduler, U>) {
+    static_assert(
+        std::is_lvalue_reference_v<T>,
+        "Accelerator::prepare takes the scheduler by reference: pass a named "
+        "scheduler that outlives the training loop.");
+    return prepare_scheduler(object);
+  } else if constexpr (std::is_base_of_v<torch::nn::Module, U>) {
+    static_assert(
+        detail::always_false<U>,
+        "Accelerator::prepare takes a module through its holder (the "
+        "TORCH_MODULE class) or a std::shared_ptr, not the Impl object.");
+  } else if constexpr (detail::is_unique_ptr<U>::value) {
+    return PreparedDataLoader<typename U::element_type>(
+        std::move(object), state_);
+  } else if constexpr (
+      std::is_base_of_v<torch::detail::ModuleHolderIndicator, U> ||
+      detail::is_shared_ptr<U>::value) {
+    U model = object;
+    prepare_module(detail::module_ptr(model));
+    return PreparedModel<U>(std::move(model), state_);
+  } else {
+    static_assert(
+        detail::always_false<U>,
+        "Accelerator::prepare takes a model (a TORCH_MODULE holder or "
+        "std::shared_ptr to an nn::Module), a torch::optim::Optimizer, an "
+        "ampkit::optim::LRScheduler or a data loader (the std::unique_ptr "
+        "from torch::data::make_data_loader).");
+  }
+}
+
+}  // namespace ampkit

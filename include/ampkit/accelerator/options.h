@@ -1,0 +1,148 @@
+// AcceleratorOptions (what the user asks for) and ResolvedAcceleratorOptions
+// (what the Accelerator runs with, each value with where it came from).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ampkit/amp/capability.h"
+#include "ampkit/amp/grad_scaler.h"
+#include "ampkit/amp/precision.h"
+
+namespace ampkit {
+
+/// Environment variables a launcher sets for its workers (ampkit launch,
+/// accelerate launch). The AMPKIT_ name wins when both are set.
+/// mixed_precision: no, fp16, bf16 or auto.
+constexpr const char* kEnvMixedPrecision = "AMPKIT_MIXED_PRECISION";
+/// accelerate launch's name for the same setting.
+constexpr const char* kEnvAccelerateMixedPrecision =
+    "ACCELERATE_MIXED_PRECISION";
+/// gradient_accumulation_steps: an integer >= 1.
+constexpr const char* kEnvGradientAccumulationSteps =
+    "AMPKIT_GRADIENT_ACCUMULATION_STEPS";
+/// accelerate's name for the same setting.
+constexpr const char* kEnvAccelerateGradientAccumulationSteps =
+    "ACCELERATE_GRADIENT_ACCUMULATION_STEPS";
+/// cpu: true/false (also 1/0, yes/no): train on the CPU even with a GPU.
+constexpr const char* kEnvUseCpu = "AMPKIT_USE_CPU";
+/// accelerate launch's name for the same setting.
+constexpr const char* kEnvAccelerateUseCpu = "ACCELERATE_USE_CPU";
+
+/// Values from a config file (accelerate's default_config.yaml keys). The
+/// command-line layer fills it from the file; each value it holds ranks
+/// below an explicit option and the environment, above the default.
+struct ConfigValues {
+  /// Shown as the source of its values, e.g. the file's path.
+  std::string origin = "config";
+  std::optional<Precision> mixed_precision;
+  std::optional<int64_t> gradient_accumulation_steps;
+  std::optional<bool> use_cpu;
+};
+
+/// What a training run asks for. Every field left unset is taken, in this
+/// order, from the environment a launcher set, the config file, or the
+/// default shown.
+///
+///   ampkit::Accelerator accelerator(ampkit::AcceleratorOptions()
+///                                       .mixed_precision("bf16")
+///                                       .gradient_accumulation_steps(4));
+struct AcceleratorOptions {
+  /// no, fp16, bf16 or auto (resolved against the device). Default no.
+  TORCH_ARG(std::optional<Precision>, mixed_precision);
+
+ public:
+  /// The same, parsed from accelerate's spelling ("bf16"); an unknown value
+  /// throws ampkit::InvalidArgument listing the valid ones.
+  AcceleratorOptions& mixed_precision(const std::string& precision) {
+    mixed_precision_ = parse_precision(precision);
+    return *this;
+  }
+  AcceleratorOptions& mixed_precision(const char* precision) {
+    return mixed_precision(std::string(precision));
+  }
+  /// Micro-batches per optimizer step, >= 1. Default 1.
+  TORCH_ARG(std::optional<int64_t>, gradient_accumulation_steps);
+  /// Train on the CPU even when a GPU is present. Default false.
+  TORCH_ARG(std::optional<bool>, cpu);
+  /// Seeds torch's CPU and CUDA generators at construction. Default unset
+  /// (the generators are left alone).
+  TORCH_ARG(std::optional<uint64_t>, seed);
+  /// Where checkpoints and logs go. Default the working directory.
+  TORCH_ARG(std::optional<std::string>, project_dir);
+  /// A prepared scheduler steps only when its optimizer really stepped: not
+  /// on accumulation micro-steps, not on steps the GradScaler skipped.
+  /// false steps it on every call. Default true.
+  TORCH_ARG(bool, step_scheduler_with_optimizer) = true;
+  /// The GradScaler's settings, used when loss scaling is on.
+  TORCH_ARG(GradScalerOptions, grad_scaler);
+  /// Loss scaling: unset means on for fp16 only; true uses the GradScaler in
+  /// any precision (for example bf16 with very small gradients), false turns
+  /// it off even for fp16 (small gradients then underflow to zero).
+  TORCH_ARG(std::optional<bool>, loss_scaling);
+  /// Cache the reduced-precision copies of weights within one forward.
+  TORCH_ARG(bool, autocast_cache_enabled) = true;
+  /// The config file's values (the command-line layer reads the file).
+  TORCH_ARG(ConfigValues, config);
+  /// No start-up table or choice lines on stderr (warnings still print).
+  TORCH_ARG(bool, quiet) = false;
+};
+
+/// One resolved setting as the start-up table shows it.
+struct OptionRow {
+  std::string name;
+  std::string value;
+  /// "explicit", "env AMPKIT_MIXED_PRECISION", the config's origin,
+  /// "default" or "auto: <reason>".
+  std::string source;
+};
+
+/// Every setting decided, from AcceleratorOptions, the environment, the
+/// config and the hardware. The Accelerator runs with exactly this.
+struct ResolvedAcceleratorOptions {
+  Precision requested_precision = Precision::no;  ///< may be automatic
+  Precision mixed_precision = Precision::no;      ///< never automatic
+  int64_t gradient_accumulation_steps = 1;
+  bool cpu = false;
+  std::optional<uint64_t> seed;
+  std::string project_dir = ".";
+  bool step_scheduler_with_optimizer = true;
+  bool loss_scaling = false;
+  GradScalerOptions grad_scaler;
+  bool autocast_cache_enabled = true;
+  bool quiet = false;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  /// What "auto" became and why; empty unless auto was asked for.
+  std::string auto_precision_reason;
+  /// Start-up warnings (fp16 without loss scaling, for example).
+  std::vector<std::string> warnings;
+  std::vector<OptionRow> rows;
+
+  /// The rows as an aligned three-column table, one setting per line.
+  std::string table() const;
+};
+
+/// Reads one environment variable; empty when it is not set.
+using EnvLookup =
+    std::function<std::optional<std::string>(const std::string& name)>;
+
+/// getenv for this process.
+EnvLookup process_environment();
+
+/// Applies the precedence explicit > environment > config > default, picks
+/// the device (CUDA when present unless cpu), resolves auto and checks the
+/// precision against the device and LibTorch. Bad values throw
+/// ampkit::InvalidArgument and unsupported precisions ampkit::Unsupported,
+/// each naming the setting, the value and where it came from.
+ResolvedAcceleratorOptions resolve_options(
+    const AcceleratorOptions& options,
+    const EnvLookup& env = process_environment(),
+    const Capabilities& caps = Capabilities::current());
+
+}  // namespace ampkit

@@ -1,0 +1,318 @@
+// What Accelerator::prepare returns: a model whose forward runs under
+// autocast, an optimizer and a scheduler that respect accumulation and
+// skipped steps, and a data loader that puts batches on the device.
+#pragma once
+
+#include <torch/data/example.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstddef>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ampkit/amp/autocast.h"
+#include "ampkit/optim/scheduler.h"
+
+namespace ampkit {
+
+namespace detail {
+/// The Accelerator's shared state; prepared objects keep it alive.
+struct AcceleratorState;
+
+/// The autocast settings of the prepared forward; nullptr for precision no.
+const AutocastOptions* forward_autocast(AcceleratorState& state);
+/// Counts a forward run under the Accelerator's autocast, so that backward
+/// can tell when none ran.
+void note_forward(AcceleratorState& state);
+void set_end_of_dataloader(AcceleratorState& state, bool end);
+c10::Device device(const AcceleratorState& state);
+
+/// accelerate's convert_to_fp32: fp16 and bf16 tensors become float32,
+/// containers are converted element by element, anything else passes.
+inline torch::Tensor convert_to_fp32(torch::Tensor tensor) {
+  if (tensor.defined() && (tensor.scalar_type() == c10::ScalarType::Half ||
+                           tensor.scalar_type() == c10::ScalarType::BFloat16)) {
+    return tensor.to(c10::ScalarType::Float);
+  }
+  return tensor;
+}
+template <typename T>
+T convert_to_fp32(T value) {
+  return value;
+}
+inline std::vector<torch::Tensor> convert_to_fp32(
+    std::vector<torch::Tensor> tensors) {
+  for (auto& t : tensors) {
+    t = convert_to_fp32(std::move(t));
+  }
+  return tensors;
+}
+template <typename A, typename B>
+std::pair<A, B> convert_to_fp32(std::pair<A, B> value) {
+  return {
+      convert_to_fp32(std::move(value.first)),
+      convert_to_fp32(std::move(value.second))};
+}
+template <typename... Ts>
+std::tuple<Ts...> convert_to_fp32(std::tuple<Ts...> value) {
+  return std::apply(
+      [](auto&&... elements) {
+        return std::tuple<Ts...>(convert_to_fp32(std::move(elements))...);
+      },
+      std::move(value));
+}
+
+/// Moves a batch to the device: tensors, torch::data::Example, and vectors
+/// of them; other types pass unchanged.
+inline torch::Tensor to_device(torch::Tensor t, const c10::Device& device) {
+  return t.defined() ? t.to(device) : t;
+}
+template <typename T>
+T to_device(T value, const c10::Device& /*device*/) {
+  return value;
+}
+template <typename Data, typename Target>
+torch::data::Example<Data, Target> to_device(
+    torch::data::Example<Data, Target> example,
+    const c10::Device& device) {
+  return {
+      to_device(std::move(example.data), device),
+      to_device(std::move(example.target), device)};
+}
+template <typename Data>
+torch::data::Example<Data, torch::data::example::NoTarget> to_device(
+    torch::data::Example<Data, torch::data::example::NoTarget> example,
+    const c10::Device& device) {
+  return {to_device(std::move(example.data), device)};
+}
+template <typename T>
+std::vector<T> to_device(std::vector<T> values, const c10::Device& device) {
+  for (auto& v : values) {
+    v = to_device(std::move(v), device);
+  }
+  return values;
+}
+
+template <typename M>
+std::shared_ptr<torch::nn::Module> module_ptr(const M& model) {
+  if constexpr (std::is_base_of_v<torch::detail::ModuleHolderIndicator, M>) {
+    return model.ptr();
+  } else {
+    return model;
+  }
+}
+}  // namespace detail
+
+/// The part of a prepared model that does not depend on its type: what
+/// Accelerator::accumulate takes.
+class PreparedModelBase {
+ public:
+  const std::shared_ptr<torch::nn::Module>& module_ptr() const {
+    return module_;
+  }
+
+ protected:
+  PreparedModelBase(
+      std::shared_ptr<torch::nn::Module> module,
+      std::shared_ptr<detail::AcceleratorState> state)
+      : module_(std::move(module)), state_(std::move(state)) {}
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<detail::AcceleratorState> state_;
+};
+
+/// A model prepared by the Accelerator. `model(x)` runs forward under the
+/// Accelerator's autocast and returns floating outputs as fp32;
+/// `model->...` reaches the module itself (parameters(), train(), eval()),
+/// and `model->forward(x)` bypasses autocast.
+template <typename ModelType>
+class PreparedModel : public PreparedModelBase {
+ public:
+  PreparedModel(ModelType model, std::shared_ptr<detail::AcceleratorState> st)
+      : PreparedModelBase(detail::module_ptr(model), std::move(st)),
+        model_(std::move(model)) {}
+
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    const AutocastOptions* autocast = detail::forward_autocast(*state_);
+    if (autocast == nullptr) {
+      return model_->forward(std::forward<Args>(args)...);
+    }
+    Autocast guard(*autocast);
+    detail::note_forward(*state_);
+    return detail::convert_to_fp32(
+        model_->forward(std::forward<Args>(args)...));
+  }
+  auto operator->() {
+    return &*model_;
+  }
+  auto operator->() const {
+    return &*model_;
+  }
+  /// The holder (or shared_ptr) given to prepare.
+  const ModelType& module() const {
+    return model_;
+  }
+
+ private:
+  ModelType model_;
+};
+
+/// An optimizer prepared by the Accelerator (it refers to the optimizer,
+/// which must outlive it).
+class PreparedOptimizer {
+ public:
+  /// On a synchronising step: optimizer.step() through the GradScaler when
+  /// loss scaling is on (skipped on inf/NaN gradients), then the scale
+  /// update once every prepared optimizer has stepped. On an accumulation
+  /// micro-step: nothing.
+  void step();
+  /// Clears the gradients on a synchronising step (undefined with
+  /// set_to_none, else zeroed in place, in every LibTorch version); nothing
+  /// on a micro-step.
+  void zero_grad(bool set_to_none = true);
+  /// Whether the last step that ran was skipped by the GradScaler.
+  bool step_was_skipped() const;
+
+  torch::optim::Optimizer& optimizer() const {
+    return *optimizer_;
+  }
+  torch::optim::Optimizer* operator->() const {
+    return optimizer_;
+  }
+
+ private:
+  friend class Accelerator;
+  PreparedOptimizer(
+      torch::optim::Optimizer& optimizer,
+      size_t index,
+      std::shared_ptr<detail::AcceleratorState> state)
+      : optimizer_(&optimizer), index_(index), state_(std::move(state)) {}
+
+  torch::optim::Optimizer* optimizer_;
+  size_t index_;
+  std::shared_ptr<detail::AcceleratorState> state_;
+};
+
+/// A scheduler prepared by the Accelerator: with step_scheduler_with_optimizer
+/// (the default) it steps only when the optimizers really stepped, and once
+/// per process, as accelerate's AcceleratedScheduler.
+class PreparedScheduler {
+ public:
+  void step();
+  /// For ReduceLROnPlateau, which steps on a metric.
+  void step(double metric);
+  const std::vector<double>& get_last_lr() const {
+    return scheduler_->get_last_lr();
+  }
+  optim::LRScheduler& scheduler() const {
+    return *scheduler_;
+  }
+  optim::LRScheduler* operator->() const {
+    return scheduler_;
+  }
+
+ private:
+  friend class Accelerator;
+  PreparedScheduler(
+      optim::LRScheduler& scheduler,
+      std::shared_ptr<detail::AcceleratorState> state)
+      : scheduler_(&scheduler), state_(std::move(state)) {}
+  /// Whether a step now is one the optimizers really took.
+  bool should_step() const;
+
+  optim::LRScheduler* scheduler_;
+  std::shared_ptr<detail::AcceleratorState> state_;
+};
+
+/// A data loader prepared by the Accelerator: iterating it yields the
+/// loader's batches moved to the device, and it reads one batch ahead so
+/// that the Accelerator knows the last batch while it is being used (the
+/// final micro-step of an epoch then synchronises).
+template <typename Loader>
+class PreparedDataLoader {
+  using BaseIterator = decltype(std::declval<Loader&>().begin());
+
+ public:
+  using Batch = std::decay_t<decltype(*std::declval<BaseIterator&>())>;
+
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Batch*;
+    using reference = Batch&;
+
+    Batch& operator*() {
+      return *current_;
+    }
+    Batch* operator->() {
+      return &*current_;
+    }
+    Iterator& operator++() {
+      advance();
+      return *this;
+    }
+    bool operator==(const Iterator& other) const {
+      return !current_.has_value() && !other.current_.has_value();
+    }
+    bool operator!=(const Iterator& other) const {
+      return !(*this == other);
+    }
+
+   private:
+    friend class PreparedDataLoader;
+    Iterator() = default;
+    Iterator(PreparedDataLoader* owner) : owner_(owner) {
+      it_.emplace(owner_->loader_->begin());
+      end_.emplace(owner_->loader_->end());
+      detail::set_end_of_dataloader(*owner_->state_, false);
+      advance();
+    }
+    void advance() {
+      if (*it_ == *end_) {
+        current_.reset();
+        detail::set_end_of_dataloader(*owner_->state_, false);
+        return;
+      }
+      current_.emplace(
+          detail::to_device(std::move(**it_), detail::device(*owner_->state_)));
+      ++*it_;
+      detail::set_end_of_dataloader(*owner_->state_, *it_ == *end_);
+    }
+
+    PreparedDataLoader* owner_ = nullptr;
+    std::optional<BaseIterator> it_;
+    std::optional<BaseIterator> end_;
+    std::optional<Batch> current_;
+  };
+
+  PreparedDataLoader(
+      std::unique_ptr<Loader> loader,
+      std::shared_ptr<detail::AcceleratorState> state)
+      : loader_(std::move(loader)), state_(std::move(state)) {}
+
+  /// Starts an epoch (a new pass over the underlying loader).
+  Iterator begin() {
+    return Iterator(this);
+  }
+  Iterator end() {
+    return Iterator();
+  }
+  Loader& loader() const {
+    return *loader_;
+  }
+
+ private:
+  std::unique_ptr<Loader> loader_;
+  std::shared_ptr<detail::AcceleratorState> state_;
+};
+
+}  // namespace ampkit

@@ -1,0 +1,498 @@
+// The Accelerator and its prepared objects: accelerate's semantics for
+// mixed precision, gradient accumulation, clipping and scheduler stepping.
+#include "ampkit/accelerator/accelerator.h"
+
+#include <torch/serialize/input-archive.h>
+#include <torch/cuda.h>
+#include <torch/serialize/output-archive.h>
+
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "accelerator/state.h"
+#include "ampkit/error.h"
+#include "ampkit/utils/random.h"
+
+namespace ampkit {
+
+namespace {
+constexpr const char* kComponent = "Accelerator";
+
+void warn(const detail::AcceleratorState& state, const std::string& message) {
+  if (state.process_index == 0) {
+    std::cerr << "ampkit: warning: " << message << std::endl;
+  }
+}
+}  // namespace
+
+namespace detail {
+
+void AcceleratorState::update_scaler() {
+  scaler->update();
+  scaler_update_pending = false;
+  for (auto& entry : optimizers) {
+    entry.stepped = false;
+    entry.unscaled = false;
+  }
+}
+
+void move_optimizer_state(
+    torch::optim::Optimizer& optimizer,
+    const c10::Device& device) {
+  if (optimizer.state().empty()) {
+    return;
+  }
+  torch::serialize::OutputArchive out;
+  optimizer.save(out);
+  std::ostringstream buffer;
+  out.save_to(buffer);
+  std::istringstream in_buffer(buffer.str());
+  torch::serialize::InputArchive in;
+  in.load_from(in_buffer, device);
+  optimizer.load(in);
+}
+
+const AutocastOptions* forward_autocast(AcceleratorState& state) {
+  return state.autocast ? &*state.autocast : nullptr;
+}
+
+void note_forward(AcceleratorState& state) {
+  ++state.forwards_since_backward;
+}
+
+void set_end_of_dataloader(AcceleratorState& state, bool end) {
+  state.end_of_dataloader = end;
+}
+
+c10::Device device(const AcceleratorState& state) {
+  return state.options.device;
+}
+
+}  // namespace detail
+
+AccumulateScope::AccumulateScope(
+    std::shared_ptr<detail::AcceleratorState> state)
+    : state_(std::move(state)) {
+  auto& st = *state_;
+  if (st.in_accumulate) {
+    throw UsageError(
+        kComponent,
+        "accumulate() scopes do not nest, got a second one while the first "
+        "is open. Open one scope per micro-batch, at the top of the loop "
+        "body.");
+  }
+  // accelerate's _do_sync: the last batch of the data loader always syncs
+  // and restarts the count.
+  if (st.end_of_dataloader) {
+    st.micro_step = 0;
+    st.sync_gradients = true;
+  } else {
+    ++st.micro_step;
+    st.sync_gradients =
+        st.micro_step % st.options.gradient_accumulation_steps == 0;
+  }
+  st.in_accumulate = true;
+}
+
+AccumulateScope::~AccumulateScope() {
+  state_->in_accumulate = false;
+}
+
+Accelerator::Accelerator(AcceleratorOptions options)
+    : state_(std::make_shared<detail::AcceleratorState>()) {
+  auto& st = *state_;
+  st.options = resolve_options(options);
+  const ResolvedAcceleratorOptions& r = st.options;
+  if (r.mixed_precision != Precision::no) {
+    st.autocast.emplace(
+        AutocastOptions(r.device.type(), to_dtype(r.mixed_precision))
+            .cache_enabled(r.autocast_cache_enabled));
+  }
+  if (r.loss_scaling) {
+    st.scaler.emplace(r.grad_scaler);
+  }
+  if (r.seed) {
+    set_seed(*r.seed);
+  }
+  if (is_main_process()) {
+    if (!r.quiet) {
+      std::cerr << "ampkit: Accelerator settings\n" << r.table();
+      if (!r.auto_precision_reason.empty()) {
+        std::cerr << "ampkit: mixed_precision auto chose "
+                  << to_string(r.mixed_precision) << ": "
+                  << r.auto_precision_reason << '\n';
+      }
+      std::cerr << std::flush;
+    }
+    for (const auto& w : r.warnings) {
+      warn(st, w);
+    }
+  }
+}
+
+Accelerator::~Accelerator() = default;
+
+const ResolvedAcceleratorOptions& Accelerator::options() const {
+  return state_->options;
+}
+
+c10::Device Accelerator::device() const {
+  return state_->options.device;
+}
+
+Precision Accelerator::mixed_precision() const {
+  return state_->options.mixed_precision;
+}
+
+int64_t Accelerator::gradient_accumulation_steps() const {
+  return state_->options.gradient_accumulation_steps;
+}
+
+std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
+    std::shared_ptr<torch::nn::Module> module) {
+  if (!module) {
+    throw InvalidArgument(
+        kComponent,
+        "prepare got an empty model (a null module holder). Construct the "
+        "model before preparing it.");
+  }
+  module->to(device());
+  state_->models.push_back(module);
+  return module;
+}
+
+PreparedOptimizer Accelerator::prepare_optimizer(
+    torch::optim::Optimizer& optimizer) {
+  auto& st = *state_;
+  for (const auto& entry : st.optimizers) {
+    if (entry.optimizer == &optimizer) {
+      throw UsageError(
+          kComponent,
+          "this optimizer is already prepared, got a second prepare() of it. "
+          "Prepare each optimizer once and keep the PreparedOptimizer.");
+    }
+  }
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params().size(); ++i) {
+      const auto& p = groups[g].params()[i];
+      if (p.device() != device()) {
+        throw UsageError(
+            kComponent,
+            "the optimizer's parameter param_groups[" + std::to_string(g) +
+                "][" + std::to_string(i) + "] is on " + p.device().str() +
+                ", but the Accelerator trains on " + device().str() +
+                ". Prepare the model before the optimizer, and build the "
+                "optimizer from the model's parameters.");
+      }
+    }
+  }
+  // Without a GPU every tensor is already on the CPU.
+  if (device().type() != c10::DeviceType::CPU ||
+      torch::cuda::is_available()) {
+    detail::move_optimizer_state(optimizer, device());
+  }
+  st.optimizers.push_back({&optimizer});
+  return PreparedOptimizer(optimizer, st.optimizers.size() - 1, state_);
+}
+
+PreparedScheduler Accelerator::prepare_scheduler(
+    optim::LRScheduler& scheduler) {
+  return PreparedScheduler(scheduler, state_);
+}
+
+void Accelerator::backward(const torch::Tensor& loss) {
+  auto& st = *state_;
+  const int64_t steps = st.options.gradient_accumulation_steps;
+  if (steps > 1 && !st.in_accumulate) {
+    throw UsageError(
+        kComponent,
+        "backward() with gradient_accumulation_steps " +
+            std::to_string(steps) +
+            " must run inside an accumulate() scope, got a call outside "
+            "one. Start each micro-step with `auto scope = "
+            "accelerator.accumulate(model);` so that the optimizer steps "
+            "every " +
+            std::to_string(steps) + " micro-batches.");
+  }
+  if (st.scaler_update_pending) {
+    st.update_scaler();
+  }
+  if (st.autocast && st.forwards_since_backward == 0 &&
+      !st.warned_no_forward) {
+    st.warned_no_forward = true;
+    warn(
+        st,
+        "backward() found no forward under the Accelerator's autocast since "
+        "the previous backward, so nothing ran in " +
+            to_string(st.options.mixed_precision) +
+            ". Call the prepared model (model(x)), not model->forward(x), or "
+            "compute inside `auto guard = accelerator.autocast();`.");
+  }
+  st.forwards_since_backward = 0;
+  torch::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
+  if (st.scaler) {
+    scaled = st.scaler->scale(scaled);
+  }
+  scaled.backward();
+}
+
+AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
+  bool known = false;
+  for (const auto& m : state_->models) {
+    known = known || m == model.module_ptr();
+  }
+  if (!known) {
+    throw UsageError(
+        kComponent,
+        "accumulate() got a model this Accelerator did not prepare. Pass the "
+        "PreparedModel returned by accelerator.prepare(model).");
+  }
+  return AccumulateScope(state_);
+}
+
+bool Accelerator::sync_gradients() const {
+  return state_->sync_gradients;
+}
+
+bool Accelerator::end_of_dataloader() const {
+  return state_->end_of_dataloader;
+}
+
+void Accelerator::unscale_gradients() {
+  auto& st = *state_;
+  if (!st.scaler || !st.sync_gradients) {
+    return;
+  }
+  for (auto& entry : st.optimizers) {
+    if (!entry.unscaled && !entry.stepped) {
+      st.scaler->unscale_(*entry.optimizer);
+      entry.unscaled = true;
+    }
+  }
+}
+
+torch::Tensor Accelerator::clip_grad_norm_(
+    const std::vector<torch::Tensor>& parameters,
+    double max_norm,
+    double norm_type) {
+  if (!(max_norm >= 0) || std::isinf(max_norm)) {
+    throw InvalidArgument(
+        kComponent,
+        "clip_grad_norm_ needs max_norm >= 0 and finite, got " +
+            std::to_string(max_norm) + ". Typical values are 0.5 to 5.");
+  }
+  if (!(norm_type > 0)) {
+    throw InvalidArgument(
+        kComponent,
+        "clip_grad_norm_ needs norm_type > 0 (or infinity), got " +
+            std::to_string(norm_type) + ". Use 2.0 for the Euclidean norm.");
+  }
+  if (!state_->sync_gradients) {
+    return {};
+  }
+  unscale_gradients();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) {
+      grads.push_back(p.grad());
+    }
+  }
+  if (grads.empty()) {
+    return torch::zeros({}, torch::TensorOptions().device(device()));
+  }
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  torch::Tensor total;
+  if (std::isinf(norm_type)) {
+    for (const auto& g : grads) {
+      norms.push_back(g.abs().max().to(device()));
+    }
+    total = norms.size() == 1 ? norms[0] : torch::stack(norms).max();
+  } else {
+    for (const auto& g : grads) {
+      norms.push_back(g.norm(norm_type).to(device()));
+    }
+    total = torch::stack(norms).norm(norm_type);
+  }
+  // PyTorch's clip_grad_norm_: multiply by the clamped coefficient without
+  // a host sync (a no-op factor of 1 when the norm is below max_norm).
+  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) {
+    g.mul_(coef.to(g.device()));
+  }
+  return total;
+}
+
+void Accelerator::clip_grad_value_(
+    const std::vector<torch::Tensor>& parameters,
+    double clip_value) {
+  if (!(clip_value >= 0) || std::isinf(clip_value)) {
+    throw InvalidArgument(
+        kComponent,
+        "clip_grad_value_ needs clip_value >= 0 and finite, got " +
+            std::to_string(clip_value) + ".");
+  }
+  if (!state_->sync_gradients) {
+    return;
+  }
+  unscale_gradients();
+  torch::NoGradGuard no_grad;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) {
+      p.grad().clamp_(-clip_value, clip_value);
+    }
+  }
+}
+
+bool Accelerator::optimizer_step_was_skipped() const {
+  for (const auto& entry : state_->optimizers) {
+    if (entry.skipped) {
+      return true;
+    }
+  }
+  return false;
+}
+
+GradScaler* Accelerator::scaler() {
+  return state_->scaler ? &*state_->scaler : nullptr;
+}
+
+Autocast Accelerator::autocast() const {
+  if (!state_->autocast) {
+    return Autocast(device().type(), Precision::no);
+  }
+  detail::note_forward(*state_);
+  return Autocast(*state_->autocast);
+}
+
+bool Accelerator::is_main_process() const {
+  return state_->process_index == 0;
+}
+
+bool Accelerator::is_local_main_process() const {
+  return state_->local_process_index == 0;
+}
+
+int64_t Accelerator::process_index() const {
+  return state_->process_index;
+}
+
+int64_t Accelerator::local_process_index() const {
+  return state_->local_process_index;
+}
+
+int64_t Accelerator::num_processes() const {
+  return state_->num_processes;
+}
+
+void Accelerator::wait_for_everyone() {
+  // One process has no one to wait for; the distributed layer adds the
+  // barrier for more.
+}
+
+torch::Tensor Accelerator::gather(const torch::Tensor& tensor) {
+  return tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor;
+}
+
+torch::Tensor Accelerator::reduce(
+    const torch::Tensor& tensor,
+    Reduction /*reduction*/) {
+  // The sum, mean and max of one process's tensor are the tensor.
+  return tensor;
+}
+
+void Accelerator::print_line(const std::string& line) const {
+  std::cout << line << std::endl;
+}
+
+void PreparedOptimizer::step() {
+  auto& st = *state_;
+  if (!st.sync_gradients) {
+    return;
+  }
+  auto& entry = st.optimizers[index_];
+  if (!st.scaler) {
+    optimizer_->step();
+    entry.skipped = false;
+    return;
+  }
+  if (entry.stepped) {
+    // Stepped twice without a backward in between: finish the last one.
+    st.update_scaler();
+  }
+  entry.skipped = !st.scaler->step(*optimizer_).has_value();
+  entry.stepped = true;
+  st.scaler_update_pending = true;
+  bool all_stepped = true;
+  for (const auto& e : st.optimizers) {
+    all_stepped = all_stepped && e.stepped;
+  }
+  if (all_stepped) {
+    st.update_scaler();
+  }
+}
+
+void PreparedOptimizer::zero_grad(bool set_to_none) {
+  if (!state_->sync_gradients) {
+    return;
+  }
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      auto& grad = p.mutable_grad();
+      if (!grad.defined()) {
+        continue;
+      }
+      if (set_to_none) {
+        grad = torch::Tensor();
+      } else {
+        grad = grad.detach();
+        grad.zero_();
+      }
+    }
+  }
+}
+
+bool PreparedOptimizer::step_was_skipped() const {
+  return state_->optimizers[index_].skipped;
+}
+
+bool PreparedScheduler::should_step() const {
+  const auto& st = *state_;
+  if (!st.options.step_scheduler_with_optimizer) {
+    return true;
+  }
+  if (!st.sync_gradients) {
+    return false;
+  }
+  for (const auto& entry : st.optimizers) {
+    if (entry.skipped) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PreparedScheduler::step() {
+  if (!should_step()) {
+    return;
+  }
+  // As accelerate: a schedule written for one process advances once per
+  // process, since each optimizer step consumed num_processes batches.
+  const bool per_process = state_->options.step_scheduler_with_optimizer;
+  const int64_t times = per_process ? state_->num_processes : 1;
+  for (int64_t i = 0; i < times; ++i) {
+    scheduler_->step();
+  }
+}
+
+void PreparedScheduler::step(double metric) {
+  // A metric-driven schedule steps on each evaluation, whatever the last
+  // optimizer step did.
+  scheduler_->step(metric);
+}
+
+}  // namespace ampkit

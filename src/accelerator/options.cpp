@@ -1,0 +1,286 @@
+// Resolving AcceleratorOptions: explicit > environment > config > default,
+// then the device, "auto" and the precision checks against the hardware.
+#include "ampkit/accelerator/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <sstream>
+
+#include "ampkit/error.h"
+
+namespace ampkit {
+
+namespace {
+
+constexpr const char* kComponent = "Accelerator";
+
+template <typename T>
+struct Picked {
+  T value;
+  std::string source;
+};
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return text;
+}
+
+// The first of `names` that is set, with its name.
+std::optional<std::pair<std::string, std::string>> first_set(
+    const EnvLookup& env,
+    std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (auto value = env(name)) {
+      return std::make_pair(std::string(name), *value);
+    }
+  }
+  return std::nullopt;
+}
+
+Precision env_precision(const std::string& name, const std::string& value) {
+  try {
+    return parse_precision(value);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(
+        kComponent,
+        "environment variable " + name + " must be a mixed_precision, got '" +
+            value + "'. Valid values: no, fp16, bf16, auto; unset it or fix "
+            "the launcher's --mixed_precision.");
+  }
+}
+
+int64_t env_integer(const std::string& name, const std::string& value) {
+  size_t used = 0;
+  int64_t parsed = 0;
+  try {
+    parsed = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) {
+    throw InvalidArgument(
+        kComponent,
+        "environment variable " + name + " must be an integer, got '" + value +
+            "'. Set it to a whole number such as 4, or unset it.");
+  }
+  return parsed;
+}
+
+bool env_bool(const std::string& name, const std::string& value) {
+  const std::string v = lower(value);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") {
+    return true;
+  }
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) {
+    return false;
+  }
+  throw InvalidArgument(
+      kComponent,
+      "environment variable " + name + " must be a boolean, got '" + value +
+          "'. Valid values: 1, 0, true, false, yes, no.");
+}
+
+std::string env_source(const std::string& name) {
+  return "env " + name;
+}
+
+Picked<Precision> pick_precision(
+    const AcceleratorOptions& options,
+    const EnvLookup& env) {
+  if (options.mixed_precision()) {
+    return {*options.mixed_precision(), "explicit"};
+  }
+  if (auto e = first_set(
+          env, {kEnvMixedPrecision, kEnvAccelerateMixedPrecision})) {
+    return {env_precision(e->first, e->second), env_source(e->first)};
+  }
+  if (options.config().mixed_precision) {
+    return {*options.config().mixed_precision, options.config().origin};
+  }
+  return {Precision::no, "default"};
+}
+
+Picked<int64_t> pick_accumulation(
+    const AcceleratorOptions& options,
+    const EnvLookup& env) {
+  Picked<int64_t> picked{1, "default"};
+  if (options.gradient_accumulation_steps()) {
+    picked = {*options.gradient_accumulation_steps(), "explicit"};
+  } else if (auto e = first_set(
+                 env,
+                 {kEnvGradientAccumulationSteps,
+                  kEnvAccelerateGradientAccumulationSteps})) {
+    picked = {env_integer(e->first, e->second), env_source(e->first)};
+  } else if (options.config().gradient_accumulation_steps) {
+    picked = {
+        *options.config().gradient_accumulation_steps,
+        options.config().origin};
+  }
+  if (picked.value < 1) {
+    throw InvalidArgument(
+        kComponent,
+        "gradient_accumulation_steps must be >= 1, got " +
+            std::to_string(picked.value) + " (" + picked.source +
+            "). Use 1 for no accumulation.");
+  }
+  return picked;
+}
+
+Picked<bool> pick_cpu(const AcceleratorOptions& options, const EnvLookup& env) {
+  if (options.cpu()) {
+    return {*options.cpu(), "explicit"};
+  }
+  if (auto e = first_set(env, {kEnvUseCpu, kEnvAccelerateUseCpu})) {
+    return {env_bool(e->first, e->second), env_source(e->first)};
+  }
+  if (options.config().use_cpu) {
+    return {*options.config().use_cpu, options.config().origin};
+  }
+  return {false, "default"};
+}
+
+std::string format_double(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) {
+      return std::nullopt;
+    }
+    return std::string(value);
+  };
+}
+
+ResolvedAcceleratorOptions resolve_options(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    const Capabilities& caps) {
+  ResolvedAcceleratorOptions r;
+  auto add = [&r](std::string name, std::string value, std::string source) {
+    r.rows.push_back({std::move(name), std::move(value), std::move(source)});
+  };
+
+  const Picked<bool> cpu = pick_cpu(options, env);
+  r.cpu = cpu.value;
+  if (!r.cpu && caps.cuda_available) {
+    r.device = c10::Device(
+        c10::DeviceType::CUDA,
+        static_cast<c10::DeviceIndex>(caps.current_cuda_device));
+  }
+  const std::string device_source = r.cpu
+      ? "cpu (" + cpu.source + ")"
+      : (caps.cuda_available ? "CUDA is available" : "no CUDA device");
+
+  const Picked<Precision> precision = pick_precision(options, env);
+  r.requested_precision = precision.value;
+  r.mixed_precision = precision.value;
+  std::string precision_value = to_string(precision.value);
+  std::string precision_source = precision.source;
+  if (precision.value == Precision::automatic) {
+    const PrecisionChoice choice = auto_precision(r.device.type(), caps);
+    r.mixed_precision = choice.precision;
+    r.auto_precision_reason = choice.reason;
+    precision_value = "auto -> " + to_string(choice.precision);
+    precision_source += "; " + choice.reason;
+  }
+  if (r.mixed_precision != Precision::no) {
+    if (auto reason = autocast_unsupported_reason(
+            r.device.type(), to_dtype(r.mixed_precision), caps)) {
+      throw Unsupported(
+          kComponent,
+          "mixed_precision " + to_string(r.mixed_precision) + " (" +
+              precision.source + ") cannot run on " + r.device.str() + ": " +
+              *reason);
+    }
+  }
+
+  const Picked<int64_t> accumulation = pick_accumulation(options, env);
+  r.gradient_accumulation_steps = accumulation.value;
+
+  r.grad_scaler = options.grad_scaler();
+  std::string scaling_source = "default (on for fp16 only)";
+  bool scaling = r.mixed_precision == Precision::fp16;
+  if (options.loss_scaling()) {
+    scaling = *options.loss_scaling();
+    scaling_source = "explicit";
+  }
+  if (scaling && !r.grad_scaler.enabled()) {
+    scaling = false;
+    scaling_source = "explicit (grad_scaler.enabled false)";
+  }
+  r.loss_scaling = scaling;
+  if (r.mixed_precision == Precision::fp16 && !r.loss_scaling) {
+    r.warnings.push_back(
+        "mixed_precision fp16 without loss scaling: gradients below fp16's "
+        "smallest value (6e-8) become zero. Leave loss_scaling unset to use "
+        "the GradScaler.");
+  }
+
+  r.seed = options.seed();
+  r.project_dir = options.project_dir().value_or(".");
+  r.step_scheduler_with_optimizer = options.step_scheduler_with_optimizer();
+  r.autocast_cache_enabled = options.autocast_cache_enabled();
+  r.quiet = options.quiet();
+
+  add("mixed_precision", precision_value, precision_source);
+  add("gradient_accumulation_steps",
+      std::to_string(r.gradient_accumulation_steps),
+      accumulation.source);
+  add("device", r.device.str(), device_source);
+  add("loss_scaling",
+      r.loss_scaling
+          ? "on (init_scale " + format_double(r.grad_scaler.init_scale()) +
+              ", growth_interval " +
+              std::to_string(r.grad_scaler.growth_interval()) + ")"
+          : "off",
+      scaling_source);
+  add("step_scheduler_with_optimizer",
+      r.step_scheduler_with_optimizer ? "true" : "false",
+      "option");
+  add("autocast_cache_enabled",
+      r.autocast_cache_enabled ? "true" : "false",
+      "option");
+  add("seed",
+      r.seed ? std::to_string(*r.seed) : "unset",
+      r.seed ? "explicit" : "default");
+  add("project_dir",
+      r.project_dir,
+      options.project_dir() ? "explicit" : "default");
+  add("libtorch",
+      std::to_string(caps.torch_major) + "." +
+          std::to_string(caps.torch_minor),
+      "running");
+  return r;
+}
+
+std::string ResolvedAcceleratorOptions::table() const {
+  size_t name_width = std::string("setting").size();
+  size_t value_width = std::string("value").size();
+  for (const auto& row : rows) {
+    name_width = std::max(name_width, row.name.size());
+    value_width = std::max(value_width, row.value.size());
+  }
+  std::ostringstream out;
+  auto line = [&](const std::string& a,
+                  const std::string& b,
+                  const std::string& c) {
+    out << "  " << a << std::string(name_width - a.size() + 2, ' ') << b
+        << std::string(value_width - b.size() + 2, ' ') << c << '\n';
+  };
+  line("setting", "value", "source");
+  for (const auto& row : rows) {
+    line(row.name, row.value, row.source);
+  }
+  return out.str();
+}
+
+}  // namespace ampkit

@@ -1,0 +1,58 @@
+// The Accelerator's state, shared by the Accelerator and the objects it
+// prepares (they keep it alive, so they stay valid if it is destroyed first).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "ampkit/accelerator/options.h"
+#include "ampkit/amp/autocast.h"
+#include "ampkit/amp/grad_scaler.h"
+
+namespace ampkit::detail {
+
+struct PreparedOptimizerEntry {
+  torch::optim::Optimizer* optimizer = nullptr;
+  bool stepped = false;   // stepped since the last scale update
+  bool unscaled = false;  // unscale_ ran since the last scale update
+  bool skipped = false;   // the last step that ran was skipped
+};
+
+struct AcceleratorState {
+  ResolvedAcceleratorOptions options;
+  std::optional<AutocastOptions> autocast;  // empty for precision no
+  std::optional<GradScaler> scaler;         // set when loss scaling is on
+  std::vector<PreparedOptimizerEntry> optimizers;
+  std::vector<std::shared_ptr<torch::nn::Module>> models;
+
+  // accelerate's GradientState.
+  bool sync_gradients = true;
+  bool end_of_dataloader = false;
+  bool in_accumulate = false;
+  int64_t micro_step = 0;
+
+  // Some optimizer stepped through the scaler and update() is still due.
+  bool scaler_update_pending = false;
+  int64_t forwards_since_backward = 0;
+  bool warned_no_forward = false;
+
+  int64_t num_processes = 1;
+  int64_t process_index = 0;
+  int64_t local_process_index = 0;
+
+  /// The GradScaler's update() once per iteration, after the steps.
+  void update_scaler();
+};
+
+/// Moves an optimizer's state (Adam's moments, SGD's momentum buffers) to
+/// `device` through a serialisation round trip, which every LibTorch
+/// optimizer supports.
+void move_optimizer_state(
+    torch::optim::Optimizer& optimizer,
+    const c10::Device& device);
+
+}  // namespace ampkit::detail

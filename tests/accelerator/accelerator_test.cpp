@@ -1,0 +1,545 @@
+// The Accelerator on tiny CPU models: accumulation equals one large batch,
+// schedulers skip with the optimizer, clipping sees unscaled gradients, and
+// the prepared forward runs under autocast and returns fp32.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "accelerator/state.h"
+#include "ampkit/accelerator/accelerator.h"
+#include "ampkit/error.h"
+#include "test_util.h"
+
+namespace ampkit {
+namespace {
+
+// An MLP 6 -> 16 -> 3 with one output head; x [B, 6] -> [B, 3].
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(6, 16))),
+        fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc2(torch::relu(fc1(x)));
+  }
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Net);
+
+AcceleratorOptions quiet() {
+  return AcceleratorOptions().quiet(true);
+}
+
+Net make_net(uint64_t seed = 0) {
+  torch::manual_seed(seed);
+  return Net();
+}
+
+std::vector<torch::Tensor> snapshot(const Net& net) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : net->parameters()) {
+    copies.push_back(p.detach().clone());
+  }
+  return copies;
+}
+
+void expect_close(
+    const std::vector<torch::Tensor>& a,
+    const std::vector<torch::Tensor>& b,
+    double atol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/0, atol))
+        << "tensor " << i << " differs by "
+        << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+void expect_equal(
+    const std::vector<torch::Tensor>& a,
+    const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
+  }
+}
+
+TEST(AcceleratorTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
+  constexpr int64_t kSteps = 4;
+  torch::manual_seed(3);
+  const auto x = torch::randn({kSteps * 8, 6});
+  const auto y = torch::randn({kSteps * 8, 3});
+
+  // One batch of 32.
+  Net big = make_net();
+  torch::optim::SGD big_opt(big->parameters(), 0.1);
+  big_opt.zero_grad();
+  torch::mse_loss(big(x), y).backward();
+  big_opt.step();
+
+  // Four micro-batches of 8 through the Accelerator.
+  Accelerator accelerator(quiet().gradient_accumulation_steps(kSteps));
+  Net small = make_net();
+  const auto initial = snapshot(small);
+  torch::optim::SGD sgd(small->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(small, sgd);
+  for (int64_t i = 0; i < kSteps; ++i) {
+    auto scope = accelerator.accumulate(model);
+    EXPECT_EQ(accelerator.sync_gradients(), i == kSteps - 1) << i;
+    const auto rows = torch::indexing::Slice(i * 8, (i + 1) * 8);
+    accelerator.backward(torch::mse_loss(model(x.index({rows})), y.index({rows})));
+    optimizer.step();
+    optimizer.zero_grad();
+    if (i < kSteps - 1) {
+      // Micro-steps neither step nor clear the accumulating gradients.
+      expect_equal(snapshot(small), initial);
+      EXPECT_TRUE(small->fc1->weight.grad().defined());
+    }
+  }
+  expect_close(snapshot(small), snapshot(big), 1e-6);
+  EXPECT_FALSE(small->fc1->weight.grad().defined());
+}
+
+TEST(AcceleratorTest, BackwardOutsideAccumulateIsRefusedWhenAccumulating) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(2));
+  auto model = accelerator.prepare(make_net());
+  const auto loss = model(torch::randn({2, 6})).sum();
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.backward(loss),
+      UsageError,
+      "backward() with gradient_accumulation_steps 2 must run inside an "
+      "accumulate() scope");
+}
+
+TEST(AcceleratorTest, AccumulateScopesDoNotNest) {
+  Accelerator accelerator(quiet());
+  auto model = accelerator.prepare(make_net());
+  auto outer = accelerator.accumulate(model);
+  AMPKIT_EXPECT_THROWS_WITH(
+      { auto inner = accelerator.accumulate(model); },
+      UsageError,
+      "accumulate() scopes do not nest");
+}
+
+TEST(AcceleratorTest, AccumulateRefusesAModelPreparedElsewhere) {
+  Accelerator a(quiet());
+  Accelerator b(quiet());
+  auto model = b.prepare(make_net());
+  AMPKIT_EXPECT_THROWS_WITH(
+      { auto scope = a.accumulate(model); },
+      UsageError,
+      "did not prepare");
+}
+
+// The data set of 10 batches of 2: with accumulation 4, gradients sync at
+// micro-steps 4 and 8 and at the last batch, in every epoch.
+TEST(AcceleratorTest, LastBatchOfThePreparedLoaderSynchronises) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(4));
+  auto model = accelerator.prepare(make_net());
+  auto dataset = torch::data::datasets::TensorDataset(torch::randn({20, 6}))
+                     .map(torch::data::transforms::Stack<
+                          torch::data::TensorExample>());
+  auto loader = accelerator.prepare(
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+          std::move(dataset), torch::data::DataLoaderOptions(2)));
+  const std::vector<bool> expected = {
+      false, false, false, true, false, false, false, true, false, true};
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<bool> synced;
+    std::vector<bool> last;
+    for (auto& batch : loader) {
+      auto scope = accelerator.accumulate(model);
+      EXPECT_EQ(batch.data.sizes(), (std::vector<int64_t>{2, 6}));
+      synced.push_back(accelerator.sync_gradients());
+      last.push_back(accelerator.end_of_dataloader());
+    }
+    EXPECT_EQ(synced, expected) << "epoch " << epoch;
+    EXPECT_EQ(last.back(), true);
+    EXPECT_EQ(std::count(last.begin(), last.end(), true), 1);
+    EXPECT_FALSE(accelerator.end_of_dataloader());
+  }
+}
+
+TEST(AcceleratorTest, PreparedLoaderYieldsEveryBatchInOrder) {
+  Accelerator accelerator(quiet());
+  const auto data = torch::arange(10).to(torch::kFloat).reshape({10, 1});
+  auto dataset = torch::data::datasets::TensorDataset(data).map(
+      torch::data::transforms::Stack<torch::data::TensorExample>());
+  auto loader = accelerator.prepare(
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+          std::move(dataset), torch::data::DataLoaderOptions(4)));
+  std::vector<torch::Tensor> batches;
+  for (auto& batch : loader) {
+    EXPECT_EQ(batch.data.device(), accelerator.device());
+    batches.push_back(batch.data);
+  }
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_TRUE(torch::equal(torch::cat(batches), data));
+}
+
+// fp16-style loss scaling with fp32 gradients on the CPU: an inf in one
+// gradient skips the optimizer step, and the scheduler must not advance.
+TEST(AcceleratorTest, SchedulerDoesNotStepWhenTheOptimizerStepWasSkipped) {
+  Accelerator accelerator(quiet().loss_scaling(true));
+  ASSERT_NE(accelerator.scaler(), nullptr);
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  optim::StepLR step_lr(sgd, /*step_size=*/1, /*gamma=*/0.5);
+  auto [model, optimizer, scheduler] = accelerator.prepare(net, sgd, step_lr);
+  const auto x = torch::randn({4, 6});
+
+  auto train_step = [&](bool inject_inf) {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(x).pow(2).mean());
+    if (inject_inf) {
+      torch::NoGradGuard no_grad;
+      net->fc2->weight.grad()[0][0] = INFINITY;
+    }
+    optimizer.step();
+    scheduler.step();
+    optimizer.zero_grad();
+  };
+
+  train_step(false);
+  EXPECT_FALSE(accelerator.optimizer_step_was_skipped());
+  EXPECT_DOUBLE_EQ(scheduler.get_last_lr()[0], 0.05);
+  EXPECT_EQ(step_lr.last_epoch(), 1);
+  const auto before = snapshot(net);
+  const double scale = accelerator.scaler()->get_scale();
+
+  train_step(true);
+  EXPECT_TRUE(accelerator.optimizer_step_was_skipped());
+  EXPECT_TRUE(optimizer.step_was_skipped());
+  EXPECT_EQ(step_lr.last_epoch(), 1);
+  EXPECT_DOUBLE_EQ(scheduler.get_last_lr()[0], 0.05);
+  EXPECT_DOUBLE_EQ(accelerator.scaler()->get_scale(), scale * 0.5);
+  expect_equal(snapshot(net), before);
+
+  train_step(false);
+  EXPECT_FALSE(accelerator.optimizer_step_was_skipped());
+  EXPECT_EQ(step_lr.last_epoch(), 2);
+  EXPECT_DOUBLE_EQ(scheduler.get_last_lr()[0], 0.025);
+}
+
+TEST(AcceleratorTest, SchedulerStepsOncePerOptimizerStepWhenAccumulating) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(2));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  optim::StepLR step_lr(sgd, 1, 0.5);
+  auto [model, optimizer, scheduler] = accelerator.prepare(net, sgd, step_lr);
+  for (int i = 0; i < 6; ++i) {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(torch::randn({2, 6})).sum());
+    optimizer.step();
+    scheduler.step();
+    optimizer.zero_grad();
+  }
+  EXPECT_EQ(step_lr.last_epoch(), 3);
+}
+
+TEST(AcceleratorTest, SchedulerStepsOnEveryCallWithoutStepWithOptimizer) {
+  Accelerator accelerator(quiet()
+                              .gradient_accumulation_steps(2)
+                              .step_scheduler_with_optimizer(false));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  optim::StepLR step_lr(sgd, 1, 0.5);
+  auto [model, optimizer, scheduler] = accelerator.prepare(net, sgd, step_lr);
+  for (int i = 0; i < 3; ++i) {
+    auto scope = accelerator.accumulate(model);
+    scheduler.step();
+  }
+  EXPECT_EQ(step_lr.last_epoch(), 3);
+}
+
+// Clipping under loss scaling must act on the true gradients: the same
+// model without scaling, clipped the same way, ends identical.
+TEST(AcceleratorTest, ClipGradNormUnderTheScalerEqualsClippingUnscaledGrads) {
+  const auto x = torch::randn({8, 6});
+  auto run = [&](bool scaled, torch::Tensor* norm) {
+    Accelerator accelerator(quiet().loss_scaling(scaled).grad_scaler(
+        GradScalerOptions().init_scale(1024)));
+    Net net = make_net(5);
+    torch::optim::SGD sgd(net->parameters(), 0.1);
+    auto [model, optimizer] = accelerator.prepare(net, sgd);
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(x).pow(2).sum());
+    *norm = accelerator.clip_grad_norm_(net->parameters(), 0.5);
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : net->parameters()) {
+      grads.push_back(p.grad().clone());
+    }
+    optimizer.step();
+    return std::make_pair(grads, snapshot(net));
+  };
+  torch::Tensor scaled_norm;
+  torch::Tensor plain_norm;
+  const auto scaled = run(true, &scaled_norm);
+  const auto plain = run(false, &plain_norm);
+  EXPECT_GT(plain_norm.item<double>(), 0.5);  // clipping really happened
+  EXPECT_NEAR(
+      scaled_norm.item<double>(),
+      plain_norm.item<double>(),
+      1e-5 * plain_norm.item<double>());
+  expect_close(scaled.first, plain.first, 1e-6);
+  expect_close(scaled.second, plain.second, 1e-6);
+
+  // The clipped gradients have norm max_norm (PyTorch's 1e-6 epsilon).
+  double total = 0;
+  for (const auto& g : plain.first) {
+    total += g.pow(2).sum().item<double>();
+  }
+  EXPECT_NEAR(std::sqrt(total), 0.5, 1e-5);
+}
+
+TEST(AcceleratorTest, ClipGradNormMatchesLibTorchForEveryNormType) {
+  for (double norm_type :
+       {1.0, 2.0, 3.0, std::numeric_limits<double>::infinity()}) {
+    Accelerator accelerator(quiet());
+    Net a = make_net(6);
+    Net b = make_net(6);
+    const auto x = torch::randn({4, 6});
+    auto model = accelerator.prepare(a);
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(x).pow(2).sum());
+    b(x).pow(2).sum().backward();
+    const double ours =
+        accelerator.clip_grad_norm_(a->parameters(), 0.1, norm_type)
+            .item<double>();
+    const double theirs =
+        torch::nn::utils::clip_grad_norm_(b->parameters(), 0.1, norm_type);
+    EXPECT_NEAR(ours, theirs, 1e-5 * theirs) << norm_type;
+    for (size_t i = 0; i < a->parameters().size(); ++i) {
+      EXPECT_TRUE(torch::allclose(
+          a->parameters()[i].grad(), b->parameters()[i].grad(), 1e-5, 1e-7))
+          << norm_type;
+    }
+  }
+}
+
+TEST(AcceleratorTest, ClipGradValueClampsUnscaledGradients) {
+  Accelerator accelerator(quiet().loss_scaling(true));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto scope = accelerator.accumulate(model);
+  accelerator.backward(model(torch::randn({8, 6})).pow(2).sum() * 100);
+  accelerator.clip_grad_value_(net->parameters(), 0.01);
+  for (const auto& p : net->parameters()) {
+    EXPECT_LE(p.grad().abs().max().item<double>(), 0.01);
+  }
+  // Unscaled before clamping: a scaled gradient would be clamped at 0.01
+  // and then divided by 65536.
+  EXPECT_NEAR(net->fc2->bias.grad().abs().max().item<double>(), 0.01, 1e-9);
+  optimizer.step();
+}
+
+TEST(AcceleratorTest, ClipOnAMicroStepDoesNothing) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(2));
+  Net net = make_net();
+  auto model = accelerator.prepare(net);
+  auto scope = accelerator.accumulate(model);
+  accelerator.backward(model(torch::randn({4, 6})).pow(2).sum() * 1000);
+  const auto grad = net->fc1->weight.grad().clone();
+  EXPECT_FALSE(accelerator.clip_grad_norm_(net->parameters(), 0.1).defined());
+  EXPECT_TRUE(torch::equal(net->fc1->weight.grad(), grad));
+}
+
+TEST(AcceleratorTest, ClipRejectsBadArguments) {
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.clip_grad_norm_(net->parameters(), -1.0),
+      InvalidArgument,
+      "max_norm >= 0 and finite, got -1");
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.clip_grad_norm_(net->parameters(), 1.0, 0.0),
+      InvalidArgument,
+      "norm_type > 0");
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.clip_grad_value_(net->parameters(), NAN),
+      InvalidArgument,
+      "clip_value >= 0 and finite");
+}
+
+TEST(AcceleratorTest, PreparedForwardRunsInBf16AndReturnsFp32) {
+  Accelerator accelerator(quiet().mixed_precision("bf16"));
+  Net net = make_net();
+  auto model = accelerator.prepare(net);
+  const auto x = torch::randn({4, 6});
+  const auto out = model(x);
+  EXPECT_EQ(out.scalar_type(), torch::kFloat);
+  // The values are bf16 results widened to fp32.
+  EXPECT_TRUE(torch::equal(out, out.to(torch::kBFloat16).to(torch::kFloat)));
+  Autocast reference(torch::kCPU, torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(out, net->forward(x).to(torch::kFloat)));
+}
+
+TEST(AcceleratorTest, PreparedForwardInFp32IsThePlainForward) {
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  auto model = accelerator.prepare(net);
+  const auto x = torch::randn({4, 6});
+  EXPECT_TRUE(torch::equal(model(x), net->forward(x)));
+  EXPECT_EQ(model->fc1->weight.data_ptr(), net->fc1->weight.data_ptr());
+}
+
+// Outputs of several kinds come back fp32 element by element.
+struct PairNetImpl : torch::nn::Module {
+  PairNetImpl() : fc(register_module("fc", torch::nn::Linear(6, 2))) {}
+  std::tuple<torch::Tensor, torch::Tensor, int64_t> forward(torch::Tensor x) {
+    auto y = fc(x);
+    return {y, y.argmax(1), 7};
+  }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(PairNet);
+
+TEST(AcceleratorTest, TupleOutputsAreConvertedElementByElement) {
+  Accelerator accelerator(quiet().mixed_precision("bf16"));
+  auto model = accelerator.prepare(PairNet());
+  auto [y, index, seven] = model(torch::randn({3, 6}));
+  EXPECT_EQ(y.scalar_type(), torch::kFloat);
+  EXPECT_EQ(index.scalar_type(), torch::kLong);
+  EXPECT_EQ(seven, 7);
+}
+
+TEST(AcceleratorTest, SharedPtrModelsCanBePrepared) {
+  Accelerator accelerator(quiet().mixed_precision("bf16"));
+  auto impl = std::make_shared<NetImpl>();
+  auto model = accelerator.prepare(impl);
+  EXPECT_EQ(model(torch::randn({2, 6})).scalar_type(), torch::kFloat);
+}
+
+TEST(AcceleratorTest, BackwardWarnsOnceWhenNoForwardRanUnderAutocast) {
+  Accelerator accelerator(quiet().mixed_precision("bf16"));
+  Net net = make_net();
+  auto model = accelerator.prepare(net);
+  testing::internal::CaptureStderr();
+  {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model->forward(torch::randn({2, 6})).sum());
+  }
+  {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model->forward(torch::randn({2, 6})).sum());
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, testing::HasSubstr("not model->forward(x)"));
+  EXPECT_EQ(err.find("not model->forward"), err.rfind("not model->forward"));
+}
+
+TEST(AcceleratorTest, NoWarningWhenThePreparedForwardRan) {
+  Accelerator accelerator(quiet().mixed_precision("bf16"));
+  auto model = accelerator.prepare(make_net());
+  testing::internal::CaptureStderr();
+  auto scope = accelerator.accumulate(model);
+  accelerator.backward(model(torch::randn({2, 6})).sum());
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+TEST(AcceleratorTest, OptimizerStateSurvivesPreparation) {
+  // Two identical models, one Adam step each; preparing one optimizer
+  // after that step must keep its moments, so the next steps agree.
+  const auto x = torch::randn({4, 6});
+  Net a = make_net(9);
+  Net b = make_net(9);
+  torch::optim::Adam adam_a(a->parameters(), 1e-2);
+  torch::optim::Adam adam_b(b->parameters(), 1e-2);
+  a(x).pow(2).sum().backward();
+  adam_a.step();
+  b(x).pow(2).sum().backward();
+  adam_b.step();
+
+  detail::move_optimizer_state(adam_a, c10::Device(c10::kCPU));
+  Accelerator accelerator(quiet());
+  auto [model, optimizer] = accelerator.prepare(a, adam_a);
+  for (int i = 0; i < 3; ++i) {
+    optimizer.zero_grad();
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(x).pow(2).sum());
+    optimizer.step();
+    adam_b.zero_grad();
+    b(x).pow(2).sum().backward();
+    adam_b.step();
+  }
+  expect_equal(snapshot(a), snapshot(b));
+}
+
+TEST(AcceleratorTest, AnOptimizerIsPreparedOnlyOnce) {
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto first = accelerator.prepare(sgd);
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.prepare(sgd), UsageError, "already prepared");
+}
+
+TEST(AcceleratorTest, ZeroGradCanZeroInPlace) {
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  accelerator.backward(model(torch::randn({2, 6})).sum());
+  optimizer.zero_grad(/*set_to_none=*/false);
+  ASSERT_TRUE(net->fc1->weight.grad().defined());
+  EXPECT_EQ(net->fc1->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
+TEST(AcceleratorTest, SingleProcessCollectivesKeepShapesOfManyProcesses) {
+  Accelerator accelerator(quiet());
+  EXPECT_TRUE(accelerator.is_main_process());
+  EXPECT_TRUE(accelerator.is_local_main_process());
+  EXPECT_EQ(accelerator.process_index(), 0);
+  EXPECT_EQ(accelerator.num_processes(), 1);
+  accelerator.wait_for_everyone();
+  const auto scalar = torch::tensor(3.5);
+  EXPECT_EQ(accelerator.gather(scalar).sizes(), (std::vector<int64_t>{1}));
+  const auto batch = torch::randn({4, 2});
+  EXPECT_TRUE(torch::equal(accelerator.gather(batch), batch));
+  for (auto r : {Reduction::sum, Reduction::mean, Reduction::max}) {
+    EXPECT_TRUE(torch::equal(accelerator.reduce(batch, r), batch));
+  }
+}
+
+TEST(AcceleratorTest, PrintWritesOneSpaceSeparatedLine) {
+  Accelerator accelerator(quiet());
+  testing::internal::CaptureStdout();
+  accelerator.print("epoch", 3, "loss", 0.25);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "epoch 3 loss 0.25\n");
+}
+
+TEST(AcceleratorTest, StartUpTablePrintsOnTheMainProcess) {
+  testing::internal::CaptureStderr();
+  Accelerator accelerator(AcceleratorOptions().mixed_precision("no"));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, testing::HasSubstr("ampkit: Accelerator settings"));
+  EXPECT_THAT(err, testing::HasSubstr("mixed_precision"));
+}
+
+TEST(AcceleratorTest, EnvironmentSetByALauncherIsUsed) {
+  struct EnvGuard {
+    EnvGuard() {
+      setenv("AMPKIT_MIXED_PRECISION", "bf16", 1);
+    }
+    ~EnvGuard() {
+      unsetenv("AMPKIT_MIXED_PRECISION");
+    }
+  } guard;
+  Accelerator from_env(quiet());
+  EXPECT_EQ(from_env.mixed_precision(), Precision::bf16);
+  Accelerator explicit_wins(quiet().mixed_precision("no"));
+  EXPECT_EQ(explicit_wins.mixed_precision(), Precision::no);
+}
+
+TEST(AcceleratorTest, SeedOptionMakesRunsRepeatable) {
+  Accelerator first(quiet().seed(42));
+  const auto a = torch::randn({5});
+  Accelerator second(quiet().seed(42));
+  EXPECT_TRUE(torch::equal(a, torch::randn({5})));
+}
+
+}  // namespace
+}  // namespace ampkit

@@ -1,0 +1,296 @@
+// Resolving AcceleratorOptions: the precedence explicit > environment >
+// config > default, the auto precision rules and the refusals, with
+// injected environments and hardware.
+#include <map>
+
+#include "ampkit/accelerator/options.h"
+#include "ampkit/error.h"
+#include "test_util.h"
+
+namespace ampkit {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name)
+             -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) {
+      return std::nullopt;
+    }
+    return it->second;
+  };
+}
+
+Capabilities cpu_only(bool native_bf16, int torch_minor = 13) {
+  Capabilities caps;
+  caps.torch_major = torch_minor == 13 ? 1 : 2;
+  caps.torch_minor = torch_minor;
+  caps.cpu.avx2 = true;
+  caps.cpu.amx_bf16 = native_bf16;
+  return caps;
+}
+
+Capabilities with_gpu(int major, int minor) {
+  Capabilities caps = cpu_only(false, 11);
+  caps.cuda_available = true;
+  CudaDeviceCapability gpu;
+  gpu.index = 0;
+  gpu.name = "Test GPU";
+  gpu.major = major;
+  gpu.minor = minor;
+  caps.cuda_devices.push_back(gpu);
+  return caps;
+}
+
+const OptionRow& row(const ResolvedAcceleratorOptions& r, const char* name) {
+  for (const auto& x : r.rows) {
+    if (x.name == name) {
+      return x;
+    }
+  }
+  throw std::runtime_error(std::string("no row ") + name);
+}
+
+TEST(OptionsTest, DefaultsAreFp32WithoutAccumulationOnTheCpu) {
+  const auto r = resolve_options({}, env_of({}), cpu_only(false));
+  EXPECT_EQ(r.mixed_precision, Precision::no);
+  EXPECT_EQ(r.gradient_accumulation_steps, 1);
+  EXPECT_EQ(r.device, c10::Device(c10::kCPU));
+  EXPECT_FALSE(r.loss_scaling);
+  EXPECT_EQ(row(r, "mixed_precision").source, "default");
+}
+
+TEST(OptionsTest, ExplicitBeatsEnvironmentBeatsConfigBeatsDefault) {
+  ConfigValues config;
+  config.origin = "/tmp/default_config.yaml";
+  config.mixed_precision = Precision::bf16;
+  config.gradient_accumulation_steps = 8;
+  const auto env = env_of(
+      {{"AMPKIT_MIXED_PRECISION", "no"},
+       {"AMPKIT_GRADIENT_ACCUMULATION_STEPS", "4"}});
+  const auto caps = cpu_only(true);
+
+  // Config over default.
+  auto r = resolve_options(AcceleratorOptions().config(config), env_of({}), caps);
+  EXPECT_EQ(r.mixed_precision, Precision::bf16);
+  EXPECT_EQ(r.gradient_accumulation_steps, 8);
+  EXPECT_EQ(row(r, "mixed_precision").source, "/tmp/default_config.yaml");
+
+  // Environment over config.
+  r = resolve_options(AcceleratorOptions().config(config), env, caps);
+  EXPECT_EQ(r.mixed_precision, Precision::no);
+  EXPECT_EQ(r.gradient_accumulation_steps, 4);
+  EXPECT_EQ(row(r, "mixed_precision").source, "env AMPKIT_MIXED_PRECISION");
+  EXPECT_EQ(
+      row(r, "gradient_accumulation_steps").source,
+      "env AMPKIT_GRADIENT_ACCUMULATION_STEPS");
+
+  // Explicit over environment.
+  r = resolve_options(
+      AcceleratorOptions()
+          .config(config)
+          .mixed_precision("bf16")
+          .gradient_accumulation_steps(2),
+      env,
+      caps);
+  EXPECT_EQ(r.mixed_precision, Precision::bf16);
+  EXPECT_EQ(r.gradient_accumulation_steps, 2);
+  EXPECT_EQ(row(r, "mixed_precision").source, "explicit");
+}
+
+TEST(OptionsTest, AmpkitVariableWinsOverAccelerateVariable) {
+  auto r = resolve_options(
+      {},
+      env_of({{"ACCELERATE_MIXED_PRECISION", "bf16"}}),
+      cpu_only(false));
+  EXPECT_EQ(r.mixed_precision, Precision::bf16);
+  EXPECT_EQ(row(r, "mixed_precision").source, "env ACCELERATE_MIXED_PRECISION");
+  r = resolve_options(
+      {},
+      env_of(
+          {{"ACCELERATE_MIXED_PRECISION", "bf16"},
+           {"AMPKIT_MIXED_PRECISION", "no"}}),
+      cpu_only(false));
+  EXPECT_EQ(r.mixed_precision, Precision::no);
+}
+
+TEST(OptionsTest, AutoChoosesBf16OnACpuWithNativeBf16) {
+  const auto r = resolve_options(
+      AcceleratorOptions().mixed_precision("auto"), env_of({}), cpu_only(true));
+  EXPECT_EQ(r.requested_precision, Precision::automatic);
+  EXPECT_EQ(r.mixed_precision, Precision::bf16);
+  EXPECT_THAT(r.auto_precision_reason, testing::HasSubstr("AMX-BF16"));
+  EXPECT_EQ(row(r, "mixed_precision").value, "auto -> bf16");
+  EXPECT_FALSE(r.loss_scaling);
+}
+
+TEST(OptionsTest, AutoChoosesFp32OnACpuWithoutNativeBf16) {
+  const auto r = resolve_options(
+      AcceleratorOptions().mixed_precision("auto"),
+      env_of({}),
+      cpu_only(false));
+  EXPECT_EQ(r.mixed_precision, Precision::no);
+  EXPECT_THAT(r.auto_precision_reason, testing::HasSubstr("15-20x slower"));
+}
+
+TEST(OptionsTest, AutoChoosesBf16OnAmpereAndHopperAndFp16OnVolta) {
+  for (const auto& [major, minor, expected] :
+       {std::tuple<int, int, Precision>{8, 0, Precision::bf16},
+        {9, 0, Precision::bf16},
+        {7, 0, Precision::fp16}}) {
+    const auto r = resolve_options(
+        AcceleratorOptions().mixed_precision("auto"),
+        env_of({}),
+        with_gpu(major, minor));
+    EXPECT_EQ(r.device, c10::Device(c10::kCUDA, 0));
+    EXPECT_EQ(r.mixed_precision, expected) << major << "." << minor;
+    EXPECT_EQ(r.loss_scaling, expected == Precision::fp16);
+    EXPECT_THAT(
+        r.auto_precision_reason,
+        testing::HasSubstr(
+            "compute capability " + std::to_string(major) + "." +
+            std::to_string(minor)));
+  }
+}
+
+TEST(OptionsTest, CpuOptionKeepsTrainingOnTheCpuWithAGpuPresent) {
+  const auto r = resolve_options(
+      AcceleratorOptions().cpu(true).mixed_precision("auto"),
+      env_of({}),
+      with_gpu(9, 0));
+  EXPECT_EQ(r.device, c10::Device(c10::kCPU));
+  EXPECT_EQ(r.mixed_precision, Precision::no);
+  const auto from_env = resolve_options(
+      {}, env_of({{"ACCELERATE_USE_CPU", "true"}}), with_gpu(9, 0));
+  EXPECT_EQ(from_env.device, c10::Device(c10::kCPU));
+}
+
+TEST(OptionsTest, Fp16OnCpuWithLibTorch113IsRefusedWithTheAlternatives) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().mixed_precision("fp16"),
+          env_of({}),
+          cpu_only(false)),
+      Unsupported,
+      "mixed_precision fp16 (explicit) cannot run on cpu: fp16 autocast on "
+      "CPU needs LibTorch 2.4 or newer, got LibTorch 1.13");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().mixed_precision("fp16"),
+          env_of({}),
+          cpu_only(false)),
+      Unsupported,
+      "Use torch::kBFloat16 (mixed_precision bf16) on CPU, or fp16 on a CUDA "
+      "GPU.");
+}
+
+TEST(OptionsTest, Fp16OnCpuWithLibTorch24ScalesTheLoss) {
+  const auto r = resolve_options(
+      AcceleratorOptions().mixed_precision("fp16"),
+      env_of({}),
+      cpu_only(false, 4));
+  EXPECT_EQ(r.mixed_precision, Precision::fp16);
+  EXPECT_TRUE(r.loss_scaling);
+}
+
+TEST(OptionsTest, Bf16OnAVoltaGpuIsRefused) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().mixed_precision("bf16"),
+          env_of({}),
+          with_gpu(7, 0)),
+      Unsupported,
+      "bf16 autocast needs a GPU of compute capability 8.0 or newer");
+}
+
+TEST(OptionsTest, RefusalNamesTheVariableThePrecisionCameFrom) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          {}, env_of({{"AMPKIT_MIXED_PRECISION", "fp16"}}), cpu_only(false)),
+      Unsupported,
+      "mixed_precision fp16 (env AMPKIT_MIXED_PRECISION) cannot run on cpu");
+}
+
+TEST(OptionsTest, BadEnvironmentValuesNameTheVariable) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          {}, env_of({{"AMPKIT_MIXED_PRECISION", "fp8"}}), cpu_only(false)),
+      InvalidArgument,
+      "environment variable AMPKIT_MIXED_PRECISION must be a "
+      "mixed_precision, got 'fp8'. Valid values: no, fp16, bf16, auto");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          {},
+          env_of({{"AMPKIT_GRADIENT_ACCUMULATION_STEPS", "four"}}),
+          cpu_only(false)),
+      InvalidArgument,
+      "environment variable AMPKIT_GRADIENT_ACCUMULATION_STEPS must be an "
+      "integer, got 'four'");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          {}, env_of({{"AMPKIT_USE_CPU", "maybe"}}), cpu_only(false)),
+      InvalidArgument,
+      "environment variable AMPKIT_USE_CPU must be a boolean, got 'maybe'");
+}
+
+TEST(OptionsTest, AccumulationStepsBelowOneAreRefusedWithTheirSource) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().gradient_accumulation_steps(0),
+          env_of({}),
+          cpu_only(false)),
+      InvalidArgument,
+      "gradient_accumulation_steps must be >= 1, got 0 (explicit)");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          {},
+          env_of({{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "-2"}}),
+          cpu_only(false)),
+      InvalidArgument,
+      "got -2 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)");
+}
+
+TEST(OptionsTest, UnknownPrecisionStringIsRefusedAtTheOption) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      AcceleratorOptions().mixed_precision("half"), InvalidArgument, "half");
+}
+
+TEST(OptionsTest, LossScalingCanBeForcedOnOrOff) {
+  auto r = resolve_options(
+      AcceleratorOptions().loss_scaling(true), env_of({}), cpu_only(false));
+  EXPECT_TRUE(r.loss_scaling);
+  EXPECT_EQ(row(r, "loss_scaling").value, "on (init_scale 65536, growth_interval 2000)");
+  r = resolve_options(
+      AcceleratorOptions().mixed_precision("fp16").loss_scaling(false),
+      env_of({}),
+      with_gpu(7, 0));
+  EXPECT_FALSE(r.loss_scaling);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_THAT(r.warnings[0], testing::HasSubstr("without loss scaling"));
+}
+
+TEST(OptionsTest, TableListsEverySettingWithItsSource) {
+  const auto r = resolve_options(
+      AcceleratorOptions().mixed_precision("bf16").seed(7),
+      env_of({{"AMPKIT_GRADIENT_ACCUMULATION_STEPS", "3"}}),
+      cpu_only(true));
+  const std::string table = r.table();
+  for (const char* expected :
+       {"setting",
+        "mixed_precision",
+        "bf16",
+        "explicit",
+        "gradient_accumulation_steps",
+        "env AMPKIT_GRADIENT_ACCUMULATION_STEPS",
+        "device",
+        "loss_scaling",
+        "seed",
+        "7",
+        "project_dir",
+        "libtorch"}) {
+    EXPECT_THAT(table, testing::HasSubstr(expected));
+  }
+}
+
+}  // namespace
+}  // namespace ampkit
