@@ -1,52 +1,68 @@
-// The ampkit demo: a small CNN trained on Fashion-MNIST under Autocast with a
-// GradScaler, printing progress and test accuracy.
+// The ampkit demo: a small CNN trained on Fashion-MNIST with the Accelerator
+// (mixed precision, gradient accumulation, a warmup+cosine schedule),
+// progress on stderr and a summary.json in --output-dir.
 #include <ampkit/ampkit.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
 namespace {
 
-// [B, 1, 28, 28] -> [B, 10]: two conv/pool stages and a linear head.
+// [B, 1, 28, 28] -> [B, 10]: two conv/batch-norm/pool stages, an MLP head.
 struct NetImpl : torch::nn::Module {
   NetImpl()
       : conv1(register_module(
             "conv1",
-            torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(32))),
         conv2(register_module(
             "conv2",
-            torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
-        fc(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(64))),
+        fc1(register_module("fc1", torch::nn::Linear(64 * 7 * 7, 128))),
+        dropout(register_module("dropout", torch::nn::Dropout(0.25))),
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1(x)), 2);  // [B, 16, 14, 14]
-    x = torch::max_pool2d(torch::relu(conv2(x)), 2);  // [B, 32, 7, 7]
-    return fc(x.flatten(1));                          // [B, 10]
+    x = torch::max_pool2d(torch::relu(bn1(conv1(x))), 2);  // [B, 32, 14, 14]
+    x = torch::max_pool2d(torch::relu(bn2(conv2(x))), 2);  // [B, 64, 7, 7]
+    x = dropout(torch::relu(fc1(x.flatten(1))));           // [B, 128]
+    return fc2(x);                                         // [B, 10]
   }
 
   torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
   torch::nn::Conv2d conv2;
-  torch::nn::Linear fc;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Linear fc1;
+  torch::nn::Dropout dropout;
+  torch::nn::Linear fc2;
 };
 TORCH_MODULE(Net);
 
 struct Args {
-  int epochs = 2;
+  int64_t epochs = 2;
+  int64_t max_steps = 0;  // 0 = no limit
   int64_t batch_size = 64;
-  double lr = 1e-3;
-  std::string mixed_precision;  // "" = fp16 on CUDA, bf16 on CPU
+  double lr = 2e-3;
+  std::string mixed_precision;  // "" = AMPKIT_MIXED_PRECISION, else no
+  int64_t gradient_accumulation_steps = 0;  // 0 = environment, else 1
   bool cpu = false;
   int threads = 0;          // 0 = every core
   int64_t limit_train = 0;  // 0 = all 60000
   int64_t limit_test = 0;   // 0 = all 10000
-  int log_every = 100;
+  int64_t log_every = 100;
   double min_accuracy = 0;  // exit 1 below this (for CI)
   std::string data_dir = ampkit::data::kFashionMnistDir;
+  std::string output_dir = "fashion_mnist_output";
   uint64_t seed = 42;
 };
 
@@ -57,141 +73,175 @@ std::string flags(const std::string& kebab) {
   return snake == kebab ? "--" + kebab : "--" + kebab + ",--" + snake;
 }
 
-double accuracy(
-    Net& model,
-    const ampkit::data::FashionMnist& data,
-    torch::Device device,
-    ampkit::Precision precision) {
+std::optional<size_t> limit(int64_t n) {
+  return n > 0 ? std::optional<size_t>(static_cast<size_t>(n)) : std::nullopt;
+}
+
+template <typename Model>
+double accuracy(Model& model, const ampkit::data::FashionMnist& test,
+                const torch::Device& device) {
   torch::NoGradGuard no_grad;
   model->eval();
   int64_t correct = 0;
-  const int64_t n = data.images.size(0);
+  const int64_t n = test.images.size(0);
   for (int64_t i = 0; i < n; i += 1000) {
-    auto x = data.images.slice(0, i, i + 1000).to(device);
-    auto y = data.labels.slice(0, i, i + 1000).to(device);
-    ampkit::Autocast guard(device.type(), precision);
-    correct += model(x).argmax(1).eq(y).sum().item<int64_t>();
+    auto x = test.images.slice(0, i, i + 1000).to(device);  // [B, 1, 28, 28]
+    auto y = test.labels.slice(0, i, i + 1000).to(device);  // [B]
+    correct += model(x).argmax(1).eq(y).sum().template item<int64_t>();
   }
   model->train();
   return double(correct) / double(n);
 }
 
 int run(const Args& args) {
-  torch::manual_seed(args.seed);
-  const bool cuda = !args.cpu && torch::cuda::is_available();
-  const torch::Device device(cuda ? torch::kCUDA : torch::kCPU);
   const int threads =
       args.threads > 0
           ? args.threads
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
 
+  ampkit::AcceleratorOptions options;
+  options.seed(args.seed);
+  if (!args.mixed_precision.empty()) {
+    options.mixed_precision(args.mixed_precision);
+  }
+  if (args.gradient_accumulation_steps > 0) {
+    options.gradient_accumulation_steps(args.gradient_accumulation_steps);
+  }
+  if (args.cpu) {
+    options.cpu(true);
+  }
+  options.project_dir(args.output_dir);
+  ampkit::Accelerator accelerator(options);
+  std::cerr << "fashion_mnist: ampkit " << AMPKIT_VERSION << ", LibTorch "
+            << TORCH_VERSION << ", " << threads << " threads\n";
   const auto caps = ampkit::Capabilities::current();
-  const ampkit::Precision precision = ampkit::parse_precision(
-      args.mixed_precision.empty() ? (cuda ? "fp16" : "bf16")
-                                   : args.mixed_precision);
-  std::cout << "ampkit " << AMPKIT_VERSION << " on LibTorch " << TORCH_VERSION
-            << ", device " << device << ", " << threads << " threads\n"
-            << ampkit::describe(caps) << "\n"
-            << "mixed precision: " << ampkit::to_string(precision) << '\n';
-  // Refuse what this machine cannot run before loading any data.
-  if (precision != ampkit::Precision::no) {
-    ampkit::check_autocast_supported(
-        device.type(), ampkit::to_dtype(precision), caps);
-  }
-  if (!cuda && precision == ampkit::Precision::bf16 &&
+  if (accelerator.device().is_cpu() &&
+      accelerator.mixed_precision() == ampkit::Precision::bf16 &&
       !caps.cpu.native_bf16()) {
-    std::cout << "note: this CPU has no native bf16 (AVX512-BF16/AMX); bf16 "
-                 "autocast runs 15-20x slower than fp32 here. Pass "
-                 "--mixed-precision no for speed.\n";
+    std::cerr << "fashion_mnist: note: this CPU has no native bf16 "
+                 "(AVX512-BF16/AMX); bf16 autocast runs 15-20x slower than "
+                 "fp32 here. Pass --mixed-precision no for speed.\n";
   }
 
-  auto train = ampkit::data::load_fashion_mnist(true, args.data_dir);
-  auto test = ampkit::data::load_fashion_mnist(false, args.data_dir);
-  if (args.limit_train > 0) {
-    train.images = train.images.slice(0, 0, args.limit_train);
-    train.labels = train.labels.slice(0, 0, args.limit_train);
-  }
-  if (args.limit_test > 0) {
-    test.images = test.images.slice(0, 0, args.limit_test);
-    test.labels = test.labels.slice(0, 0, args.limit_test);
-  }
+  ampkit::data::FashionMnistBatchDataset train_set(
+      true, args.data_dir, limit(args.limit_train));
+  const auto test =
+      ampkit::data::FashionMnistDataset(
+          false, args.data_dir, limit(args.limit_test))
+          .data();
+  const int64_t n_train = static_cast<int64_t>(*train_set.size());
 
-  Net model;
-  model->to(device);
-  torch::optim::Adam opt(model->parameters(), args.lr);
-  // Loss scaling is what fp16 needs; bf16 has fp32's range and runs without.
-  ampkit::GradScaler scaler(ampkit::GradScalerOptions().enabled(
-      precision == ampkit::Precision::fp16));
+  Net net;
+  torch::optim::AdamW adamw(
+      net->parameters(), torch::optim::AdamWOptions(args.lr).weight_decay(1e-4));
+  const int64_t batches_per_epoch =
+      (n_train + args.batch_size - 1) / args.batch_size;
+  const int64_t accumulation = accelerator.gradient_accumulation_steps();
+  const int64_t steps_per_epoch =
+      (batches_per_epoch + accumulation - 1) / accumulation;
+  int64_t total_steps = steps_per_epoch * args.epochs;
+  if (args.max_steps > 0) {
+    total_steps = std::min(total_steps, args.max_steps);
+  }
+  ampkit::optim::CosineWithWarmup cosine(
+      adamw, std::max<int64_t>(1, total_steps / 20), total_steps);
+  auto [model, optimizer, scheduler, loader] = accelerator.prepare(
+      net,
+      adamw,
+      cosine,
+      torch::data::make_data_loader<torch::data::samplers::RandomSampler>(
+          std::move(train_set),
+          torch::data::DataLoaderOptions(args.batch_size)));
 
-  const int64_t n = train.images.size(0);
-  const int64_t steps_per_epoch = (n + args.batch_size - 1) / args.batch_size;
+  int64_t steps = 0;
   int64_t skipped = 0;
-  for (int epoch = 1; epoch <= args.epochs; ++epoch) {
-    auto order = torch::randperm(n);
-    auto start = std::chrono::steady_clock::now();
+  int64_t samples = 0;
+  double train_loss = 0;
+  double epoch_accuracy = 0;
+  double train_seconds = 0;
+  for (int64_t epoch = 1; epoch <= args.epochs && steps < total_steps;
+       ++epoch) {
+    const auto start = std::chrono::steady_clock::now();
+    int64_t epoch_samples = 0;
     double running = 0;
     int64_t since_log = 0;
-    for (int64_t step = 0; step < steps_per_epoch; ++step) {
-      auto idx =
-          order.slice(0, step * args.batch_size, (step + 1) * args.batch_size);
-      auto x = train.images.index_select(0, idx).to(device);  // [B, 1, 28, 28]
-      auto y = train.labels.index_select(0, idx).to(device);  // [B]
-      opt.zero_grad();
-      torch::Tensor loss;
-      {
-        ampkit::Autocast guard(device.type(), precision);
-        auto logits = model(x);
-        loss = torch::cross_entropy_loss(logits.to(torch::kFloat), y);
-      }
-      scaler.scale(loss).backward();
-      if (!scaler.step(opt).has_value()) {
-        ++skipped;
-      }
-      scaler.update();
+    for (auto& batch : loader) {
+      auto scope = accelerator.accumulate(model);
+      auto loss = torch::cross_entropy_loss(model(batch.data), batch.target);
+      accelerator.backward(loss);
+      optimizer.step();
+      scheduler.step();
+      optimizer.zero_grad();
+      epoch_samples += batch.data.size(0);
       running += loss.item<double>();
       ++since_log;
-      if ((step + 1) % args.log_every == 0 || step + 1 == steps_per_epoch) {
+      if (!accelerator.sync_gradients()) {
+        continue;
+      }
+      ++steps;
+      skipped += accelerator.optimizer_step_was_skipped() ? 1 : 0;
+      const bool last = steps == total_steps || accelerator.end_of_dataloader();
+      if (steps % args.log_every == 0 || last) {
         const double secs = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start)
                                 .count();
-        // The loss scale only exists with fp16; bf16 and fp32 print none.
-        char scale[64] = "";
-        if (scaler.is_enabled()) {
-          std::snprintf(
-              scale,
-              sizeof(scale),
-              " scale %g skipped %lld",
-              scaler.get_scale(),
-              static_cast<long long>(skipped));
-        }
-        std::printf(
-            "epoch %d step %lld/%lld loss %.4f%s samples/s %.0f\n",
-            epoch,
-            static_cast<long long>(step + 1),
-            static_cast<long long>(steps_per_epoch),
-            running / since_log,
-            scale,
-            double((step + 1) * args.batch_size) / secs);
-        std::fflush(stdout);
+        train_loss = running / static_cast<double>(since_log);
+        std::fprintf(
+            stderr,
+            "epoch %lld step %lld/%lld loss %.4f lr %.2e skipped %lld "
+            "samples/s %.0f\n",
+            static_cast<long long>(epoch),
+            static_cast<long long>(steps),
+            static_cast<long long>(total_steps),
+            train_loss,
+            scheduler.get_last_lr()[0],
+            static_cast<long long>(skipped),
+            double(epoch_samples) / secs);
         running = 0;
         since_log = 0;
       }
+      if (steps == total_steps) {
+        break;
+      }
     }
-    const double acc = accuracy(model, test, device, precision);
-    std::printf(
-        "epoch %d test accuracy %.4f (%lld images)\n",
-        epoch,
-        acc,
+    train_seconds += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    samples += epoch_samples;
+    epoch_accuracy = accuracy(model, test, accelerator.device());
+    std::fprintf(
+        stderr,
+        "epoch %lld test accuracy %.4f (%lld images)\n",
+        static_cast<long long>(epoch),
+        epoch_accuracy,
         static_cast<long long>(test.images.size(0)));
-    if (epoch == args.epochs && acc < args.min_accuracy) {
-      std::fprintf(
-          stderr,
-          "test accuracy %.4f is below --min-accuracy %.4f\n",
-          acc,
-          args.min_accuracy);
-      return 1;
-    }
+  }
+
+  const nlohmann::json summary = {
+      {"test_accuracy", epoch_accuracy},
+      {"train_loss", train_loss},
+      {"steps", steps},
+      {"skipped_steps", skipped},
+      {"samples_per_second", double(samples) / train_seconds},
+      {"precision", ampkit::to_string(accelerator.mixed_precision())},
+      {"num_processes", accelerator.num_processes()},
+      {"gradient_accumulation_steps", accumulation},
+      {"train_seconds", train_seconds},
+  };
+  if (accelerator.is_main_process()) {
+    std::filesystem::create_directories(args.output_dir);
+    const auto path = std::filesystem::path(args.output_dir) / "summary.json";
+    std::ofstream(path) << summary.dump(2) << '\n';
+    accelerator.print(summary.dump());
+  }
+  if (epoch_accuracy < args.min_accuracy) {
+    std::fprintf(
+        stderr,
+        "fashion_mnist: test accuracy %.4f is below --min-accuracy %.4f\n",
+        epoch_accuracy,
+        args.min_accuracy);
+    return 1;
   }
   return 0;
 }
@@ -201,17 +251,29 @@ int run(const Args& args) {
 int main(int argc, char** argv) {
   Args args;
   CLI::App app{
-      "Train a small CNN on Fashion-MNIST with ampkit's Autocast and "
-      "GradScaler."};
+      "Train a small CNN on Fashion-MNIST with ampkit's Accelerator. Unset "
+      "options come from the launcher's environment (AMPKIT_MIXED_PRECISION, "
+      "AMPKIT_GRADIENT_ACCUMULATION_STEPS), else their defaults."};
   app.add_option(flags("epochs"), args.epochs, "passes over the training set")
       ->check(CLI::PositiveNumber);
-  app.add_option(flags("batch-size"), args.batch_size, "images per step")
+  app.add_option(
+      flags("max-steps"),
+      args.max_steps,
+      "stop after this many optimizer steps (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(flags("batch-size"), args.batch_size, "images per micro-batch")
       ->check(CLI::PositiveNumber);
-  app.add_option(flags("lr"), args.lr, "Adam learning rate");
+  app.add_option(flags("lr"), args.lr, "AdamW peak learning rate")
+      ->check(CLI::PositiveNumber);
   app.add_option(
       flags("mixed-precision"),
       args.mixed_precision,
-      "no, fp16 or bf16 (default: fp16 on CUDA, bf16 on CPU)");
+      "no, fp16, bf16 or auto (default: the environment, else no)");
+  app.add_option(
+      flags("gradient-accumulation-steps"),
+      args.gradient_accumulation_steps,
+      "micro-batches per optimizer step (default: the environment, else 1)")
+      ->check(CLI::PositiveNumber);
   app.add_flag(flags("cpu"), args.cpu, "train on the CPU even with a GPU");
   app.add_option(
       flags("threads"), args.threads, "intra-op threads (default: every core)");
@@ -221,7 +283,8 @@ int main(int argc, char** argv) {
       "use only the first N training images");
   app.add_option(
       flags("limit-test"), args.limit_test, "use only the first N test images");
-  app.add_option(flags("log-every"), args.log_every, "steps between lines")
+  app.add_option(
+      flags("log-every"), args.log_every, "optimizer steps between lines")
       ->check(CLI::PositiveNumber);
   app.add_option(
       flags("min-accuracy"),
@@ -231,6 +294,8 @@ int main(int argc, char** argv) {
       flags("data-dir"),
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
+  app.add_option(
+      flags("output-dir"), args.output_dir, "where summary.json is written");
   app.add_option(flags("seed"), args.seed, "random seed");
   CLI11_PARSE(app, argc, argv);
   try {

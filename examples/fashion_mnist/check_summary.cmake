@@ -1,0 +1,21 @@
+# Checks the summary.json the example writes: every key present, with
+# values a finished run can have. Run as cmake -DSUMMARY=path -P this.
+file(READ "${SUMMARY}" json)
+foreach(key test_accuracy train_loss steps skipped_steps samples_per_second
+    precision num_processes)
+  string(JSON value ERROR_VARIABLE err GET "${json}" ${key})
+  if(err)
+    message(FATAL_ERROR "${SUMMARY}: missing key ${key}: ${err}")
+  endif()
+  set(${key} "${value}")
+endforeach()
+if(steps LESS_EQUAL 0 OR num_processes LESS 1)
+  message(FATAL_ERROR "${SUMMARY}: steps ${steps}, num_processes ${num_processes}")
+endif()
+if(NOT precision MATCHES "^(no|fp16|bf16)$")
+  message(FATAL_ERROR "${SUMMARY}: precision '${precision}'")
+endif()
+if(test_accuracy LESS 0.5 OR samples_per_second LESS_EQUAL 0)
+  message(FATAL_ERROR "${SUMMARY}: test_accuracy ${test_accuracy}, samples/s ${samples_per_second}")
+endif()
+message(STATUS "${SUMMARY}: ${json}")
