@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "ampkit/amp/capability.h"
+
 // Expects `statement` to throw `exception_type` whose what() contains
 // `substring`; any other exception fails the test with its message.
 #define AMPKIT_EXPECT_THROWS_WITH(statement, exception_type, substring)    \
@@ -17,3 +19,24 @@
       EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(substring)); \
     }                                                                      \
   } while (0)
+
+namespace ampkit::testing_util {
+
+// A machine with one CUDA GPU of compute capability major.minor, for the
+// precision rules; the CPU has no reduced-precision extensions.
+inline Capabilities with_gpu(
+    int major, int minor, int torch_major = 2, int torch_minor = 11) {
+  Capabilities caps;
+  caps.torch_major = torch_major;
+  caps.torch_minor = torch_minor;
+  caps.cuda_available = true;
+  CudaDeviceCapability dev;
+  dev.index = 0;
+  dev.name = "Test GPU";
+  dev.major = major;
+  dev.minor = minor;
+  caps.cuda_devices.push_back(dev);
+  return caps;
+}
+
+}  // namespace ampkit::testing_util

@@ -13,20 +13,7 @@
 namespace ampkit {
 namespace {
 
-Capabilities with_gpu(
-    int major, int minor, int torch_major = 2, int torch_minor = 11) {
-  Capabilities caps;
-  caps.torch_major = torch_major;
-  caps.torch_minor = torch_minor;
-  caps.cuda_available = true;
-  CudaDeviceCapability dev;
-  dev.index = 0;
-  dev.name = "Test GPU";
-  dev.major = major;
-  dev.minor = minor;
-  caps.cuda_devices.push_back(dev);
-  return caps;
-}
+using testing_util::with_gpu;
 
 TEST(CapabilityTest, Bf16OnAGpuBelowComputeCapability80IsRefused) {
   const auto caps = with_gpu(7, 0);
