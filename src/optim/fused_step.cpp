@@ -1,0 +1,236 @@
+// The torch-facing half of the fused Adam/AdamW step: checks, per-parameter
+// double scalars computed as LibTorch 1.13 computes them, and the
+// optimizer's own state; the loop itself is optim/fused_kernel.cpp.
+#include "optim/fused_step.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/C++17.h>
+#include <c10/util/Type.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+
+#include "amp/compat.h"
+#include "optim/fused_kernel.h"
+
+namespace ampkit::detail {
+
+namespace {
+
+// Optimizer::state() is keyed by the stringified TensorImpl* up to 2.1 and by
+// the TensorImpl* itself from 2.2.
+#if AMPKIT_TORCH_AT_LEAST(2, 2)
+void* state_key(const at::Tensor& p) {
+  return p.unsafeGetTensorImpl();
+}
+#else
+std::string state_key(const at::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+#endif
+
+using StateMap =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+static_assert(
+    std::is_same_v<
+        decltype(state_key(std::declval<const at::Tensor&>())),
+        StateMap::key_type>,
+    "state_key must match Optimizer::state()'s key type");
+
+constexpr const char* kHint =
+    " The fused step needs torch::optim::Adam or AdamW without amsgrad, on "
+    "contiguous float32 CPU parameters with dense contiguous float32 "
+    "gradients; optimizer.step() handles everything else.";
+
+std::string where(size_t group, size_t index) {
+  std::ostringstream out;
+  out << "parameter " << index << " of param group " << group;
+  return out.str();
+}
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.scalar_type() << " " << t.layout() << " on " << t.device()
+      << " with sizes " << t.sizes() << " and strides ";
+  if (t.layout() == c10::kStrided) {
+    out << t.strides();
+  } else {
+    out << "(none)";
+  }
+  return out.str();
+}
+
+bool is_plain_float_cpu(const at::Tensor& t) {
+  return t.defined() && t.layout() == c10::kStrided && t.device().is_cpu() &&
+         t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+template <typename State>
+std::optional<std::string> state_reason(
+    const StateMap& state, const at::Tensor& p, const std::string& name) {
+  const auto found = state.find(state_key(p));
+  if (found == state.end()) {
+    return std::nullopt;
+  }
+  const auto* s = dynamic_cast<const State*>(found->second.get());
+  if (s == nullptr) {
+    return "fused_step: the state of " + name +
+           " is not the optimizer's own param state type." + kHint;
+  }
+  for (const at::Tensor* buffer : {&s->exp_avg(), &s->exp_avg_sq()}) {
+    if (!is_plain_float_cpu(*buffer) || buffer->sizes() != p.sizes()) {
+      return "fused_step: the exp_avg/exp_avg_sq state of " + name +
+             " must be a contiguous float32 CPU tensor shaped like it, got " +
+             (buffer->defined() ? describe(*buffer) : "undefined") + "." +
+             kHint;
+    }
+  }
+  return std::nullopt;
+}
+
+template <typename Options, typename State>
+std::optional<std::string> reason_for(
+    torch::optim::Optimizer& optimizer, const char* type_name) {
+  auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& options = static_cast<const Options&>(groups[g].options());
+    if (options.amsgrad()) {
+      return std::string("fused_step: ") + type_name +
+             " has amsgrad on in param group " + std::to_string(g) +
+             ", got amsgrad=true." + kHint;
+    }
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& p = params[i];
+      const at::Tensor& grad = p.grad();
+      if (!grad.defined()) {
+        continue;
+      }
+      const std::string name = where(g, i);
+      if (!is_plain_float_cpu(p)) {
+        return "fused_step: " + name +
+               " must be a contiguous float32 CPU tensor, got " + describe(p) +
+               "." + kHint;
+      }
+      if (!is_plain_float_cpu(grad) || grad.sizes() != p.sizes()) {
+        return "fused_step: the gradient of " + name +
+               " must be a dense contiguous float32 CPU tensor shaped like it, "
+               "got " +
+               describe(grad) + "." + kHint;
+      }
+      if (auto reason = state_reason<State>(optimizer.state(), p, name)) {
+        return reason;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// WeightDecayMode::kDecoupled marks AdamW; the rest is shared because
+// LibTorch's two step() bodies differ only in where weight decay goes.
+template <typename Options, typename State>
+void step_all(torch::optim::Optimizer& optimizer, bool decoupled) {
+  at::NoGradGuard no_grad;
+  const int threads = at::get_num_threads();
+  auto& state_map = optimizer.state();
+  for (auto& group : optimizer.param_groups()) {
+    const auto& options = static_cast<const Options&>(group.options());
+    const double lr = options.lr();
+    const double weight_decay = options.weight_decay();
+    const double beta1 = std::get<0>(options.betas());
+    const double beta2 = std::get<1>(options.betas());
+    for (auto& p : group.params()) {
+      const at::Tensor& grad = p.grad();
+      if (!grad.defined()) {
+        continue;
+      }
+      auto key = state_key(p);
+      auto found = state_map.find(key);
+      if (found == state_map.end()) {
+        auto state = std::make_unique<State>();
+        state->step(0);
+        state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        found = state_map.emplace(std::move(key), std::move(state)).first;
+      }
+      auto& state = static_cast<State&>(*found->second);
+      state.step(state.step() + 1);
+
+      // LibTorch's doubles, each rounded once to float as ATen's CPU kernels
+      // round Scalar arguments.
+      const double bias_correction1 = 1 - std::pow(beta1, state.step());
+      const double bias_correction2 = 1 - std::pow(beta2, state.step());
+      const double step_size = lr / bias_correction1;
+      AdamKernelScalars s;
+      s.beta1 = static_cast<float>(beta1);
+      s.one_minus_beta1 = static_cast<float>(1 - beta1);
+      s.beta2 = static_cast<float>(beta2);
+      s.one_minus_beta2 = static_cast<float>(1 - beta2);
+      s.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+      s.eps = static_cast<float>(options.eps());
+      s.neg_step_size = static_cast<float>(-step_size);
+      if (weight_decay == 0) {
+        s.mode = WeightDecayMode::kNone;
+      } else if (decoupled) {
+        s.mode = WeightDecayMode::kDecoupled;
+        s.decay = static_cast<float>(1 - lr * weight_decay);
+      } else {
+        s.mode = WeightDecayMode::kL2;
+        s.decay = static_cast<float>(weight_decay);
+      }
+
+      at::Tensor& exp_avg = state.exp_avg();
+      at::Tensor& exp_avg_sq = state.exp_avg_sq();
+      adam_step(
+          p.data_ptr<float>(),
+          grad.data_ptr<float>(),
+          exp_avg.data_ptr<float>(),
+          exp_avg_sq.data_ptr<float>(),
+          p.numel(),
+          s,
+          threads);
+      // What the in-place ATen ops would have recorded for autograd.
+      p.unsafeGetTensorImpl()->bump_version();
+      exp_avg.unsafeGetTensorImpl()->bump_version();
+      exp_avg_sq.unsafeGetTensorImpl()->bump_version();
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> fused_step_unsupported_reason(
+    torch::optim::Optimizer& optimizer) {
+  const std::type_info& type = typeid(optimizer);
+  if (type == typeid(torch::optim::Adam)) {
+    return reason_for<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+        optimizer, "torch::optim::Adam");
+  }
+  if (type == typeid(torch::optim::AdamW)) {
+    return reason_for<
+        torch::optim::AdamWOptions,
+        torch::optim::AdamWParamState>(optimizer, "torch::optim::AdamW");
+  }
+  return std::string(
+             "fused_step: the optimizer must be exactly torch::optim::Adam "
+             "or torch::optim::AdamW (not a subclass), got ") +
+         c10::demangle(type.name()) + "." + kHint;
+}
+
+void fused_step(torch::optim::Optimizer& optimizer) {
+  if (typeid(optimizer) == typeid(torch::optim::AdamW)) {
+    step_all<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+        optimizer, /*decoupled=*/true);
+  } else {
+    step_all<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+        optimizer, /*decoupled=*/false);
+  }
+}
+
+}  // namespace ampkit::detail
