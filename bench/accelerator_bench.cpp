@@ -4,10 +4,13 @@
 // ratio of their median step times, for fp32 and for bf16.
 //
 //   build/bench/accelerator_bench [--threads N] [--steps N] [--precision
-//       no|bf16|both] [--arm raw|accelerator|both] [--set-to-none] [--json]
+//       no|bf16|both] [--arm raw|accelerator|both] [--set-to-none] [--fused]
+//       [--json]
 //
 // Gradients are zeroed in place (1.13's zero_grad) unless --set-to-none
-// (PyTorch 2.x's default, and the Accelerator's), in both arms alike.
+// (PyTorch 2.x's default, and the Accelerator's), in both arms alike. The
+// Accelerator arm calls AdamW's own step (like for like) unless --fused, which
+// turns on its fused_optimizer_step (the default in real use).
 //
 // bench/accelerator_peer.py runs it next to the same loop in Python.
 #include <ampkit/ampkit.h>
@@ -69,7 +72,8 @@ struct Figures {
 };
 
 Figures measure(ampkit::Precision precision, int steps, bool run_raw,
-                bool run_accelerator, bool set_to_none) {
+                bool run_accelerator, bool set_to_none,
+                bool fused) {
   const Data data = make_data(64);
   const bool bf16 = precision == ampkit::Precision::bf16;
 
@@ -97,7 +101,10 @@ Figures measure(ampkit::Precision precision, int steps, bool run_raw,
 
   // The same loop with the Accelerator.
   ampkit::Accelerator accelerator(
-      ampkit::AcceleratorOptions().mixed_precision(precision).quiet(true));
+      ampkit::AcceleratorOptions()
+          .mixed_precision(precision)
+          .fused_optimizer_step(fused)
+          .quiet(true));
   auto net = make_mlp();
   torch::optim::AdamW adamw(net->parameters(), 1e-3);
   auto [model, optimizer] = accelerator.prepare(net, adamw);
@@ -150,6 +157,7 @@ int main(int argc, char** argv) {
   std::string arm = "both";
   bool json = false;
   bool set_to_none = false;
+  bool fused = false;
   for (int i = 1; i < argc; ++i) {
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) {
@@ -166,6 +174,8 @@ int main(int argc, char** argv) {
       precision = value();
     } else if (!std::strcmp(argv[i], "--arm")) {
       arm = value();
+    } else if (!std::strcmp(argv[i], "--fused")) {
+      fused = true;
     } else if (!std::strcmp(argv[i], "--set-to-none")) {
       set_to_none = true;
     } else if (!std::strcmp(argv[i], "--json")) {
@@ -175,7 +185,7 @@ int main(int argc, char** argv) {
           stderr,
           "accelerator_bench: unknown argument %s. Usage: accelerator_bench "
           "[--threads N] [--steps N] [--precision no|bf16|both] [--arm "
-          "raw|accelerator|both] [--set-to-none] [--json]\n",
+          "raw|accelerator|both] [--set-to-none] [--fused] [--json]\n",
           argv[i]);
       return 2;
     }
@@ -202,14 +212,15 @@ int main(int argc, char** argv) {
   if (!json) {
     std::printf(
         "MLP 784-128-128-10, batch 32, AdamW, %d threads, %d steps per arm, "
-        "zero_grad %s (median ms per step)\n",
+        "zero_grad %s, accelerator step %s (median ms per step)\n",
         threads,
         steps,
-        set_to_none ? "set_to_none" : "in place");
+        set_to_none ? "set_to_none" : "in place",
+        fused ? "fused" : "optimizer.step()");
   }
   std::string out = "{";
   for (auto p : precisions) {
-    const Figures f = measure(p, steps, run_raw, run_accel, set_to_none);
+    const Figures f = measure(p, steps, run_raw, run_accel, set_to_none, fused);
     const std::string name = ampkit::to_string(p);
     if (json) {
       char buf[256];

@@ -7,8 +7,9 @@ with Debian's torch 1.13 and the torch.amp recipe (784-128-128-10 MLP,
 batch 32, AdamW, fp32 and bf16 autocast on the CPU), in alternating rounds,
 and prints the median step times and the ratios:
 
-  accelerator / raw LibTorch   (target <= 1.03)
-  accelerator / Python         (target <= 0.70)
+  accelerator / raw LibTorch   (target <= 1.03; both call AdamW's step)
+  accelerator / Python         (target <= 0.70), with AdamW's own step and
+                               with the Accelerator's fused step (its default)
 
   /usr/bin/python3 bench/accelerator_peer.py [--bench build/bench/accelerator_bench]
       [--threads 1] [--steps 3000] [--rounds 3] [--set-to-none]
@@ -68,33 +69,39 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    rows = {p: {"raw_ms": [], "accelerator_ms": [], "python_ms": []} for p in ("no", "bf16")}
+    rows = {p: {"raw_ms": [], "accelerator_ms": [], "fused_ms": [], "python_ms": []}
+            for p in ("no", "bf16")}
     for r in range(args.rounds):
         cmd = [args.bench, "--json", "--threads", str(args.threads), "--steps", str(args.steps)]
         if args.set_to_none:
             cmd.append("--set-to-none")
-        out = subprocess.run(
-            cmd,
-            check=True, capture_output=True, text=True).stdout
-        cpp = json.loads(out)
+        cpp = json.loads(subprocess.run(
+            cmd, check=True, capture_output=True, text=True).stdout)
+        fused = json.loads(subprocess.run(
+            cmd + ["--fused", "--arm", "accelerator"],
+            check=True, capture_output=True, text=True).stdout)
         for p in ("no", "bf16"):
             rows[p]["raw_ms"].append(cpp[p]["raw_ms"])
             rows[p]["accelerator_ms"].append(cpp[p]["accelerator_ms"])
+            rows[p]["fused_ms"].append(fused[p]["accelerator_ms"])
             rows[p]["python_ms"].append(python_loop(p, args.steps, args.set_to_none))
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
             f"{p}: raw {rows[p]['raw_ms'][-1]:.4f} accel {rows[p]['accelerator_ms'][-1]:.4f} "
+            f"fused {rows[p]['fused_ms'][-1]:.4f} "
             f"python {rows[p]['python_ms'][-1]:.4f} ms" for p in rows), flush=True)
 
     print(f"\nMLP 784-128-128-10, batch 32, AdamW, {args.threads} thread(s), "
           f"{args.steps} steps per arm, zero_grad {'set_to_none' if args.set_to_none else 'in place'}, "
           f"median of {args.rounds} rounds (ms per step)")
-    print(f"{'precision':<10}{'raw C++':>10}{'Accelerator':>13}{'Python':>10}"
-          f"{'accel/raw':>11}{'accel/python':>14}")
+    print(f"{'precision':<10}{'raw C++':>10}{'Accelerator':>13}{'fused':>9}{'Python':>10}"
+          f"{'accel/raw':>11}{'accel/python':>14}{'fused/python':>14}")
     for p, v in rows.items():
         raw = statistics.median(v["raw_ms"])
         acc = statistics.median(v["accelerator_ms"])
+        fus = statistics.median(v["fused_ms"])
         py = statistics.median(v["python_ms"])
-        print(f"{p:<10}{raw:>10.4f}{acc:>13.4f}{py:>10.4f}{acc / raw:>11.3f}{acc / py:>14.3f}")
+        print(f"{p:<10}{raw:>10.4f}{acc:>13.4f}{fus:>9.4f}{py:>10.4f}"
+              f"{acc / raw:>11.3f}{acc / py:>14.3f}{fus / py:>14.3f}")
 
 
 if __name__ == "__main__":

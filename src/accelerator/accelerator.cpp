@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "accelerator/state.h"
+#include "optim/fused_step.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/random.h"
 
@@ -194,7 +195,21 @@ PreparedOptimizer Accelerator::prepare_optimizer(
       torch::cuda::is_available()) {
     detail::move_optimizer_state(optimizer, device());
   }
-  st.optimizers.push_back({&optimizer});
+  detail::PreparedOptimizerEntry entry;
+  entry.optimizer = &optimizer;
+  // The fused step replaces optimizer.step() only where it computes the
+  // same update; GradScaler::step calls optimizer.step() itself.
+  if (st.options.fused_optimizer_step && !st.scaler) {
+    const auto reason = detail::fused_step_unsupported_reason(optimizer);
+    entry.fused = !reason.has_value();
+    if (is_main_process() && !st.options.quiet) {
+      std::cerr << "ampkit: optimizer " << st.optimizers.size()
+                << (entry.fused ? " steps fused (one pass per parameter)"
+                                : " steps through optimizer.step(): " + *reason)
+                << std::endl;
+    }
+  }
+  st.optimizers.push_back(entry);
   return PreparedOptimizer(optimizer, st.optimizers.size() - 1, state_);
 }
 
@@ -416,7 +431,13 @@ void PreparedOptimizer::step() {
   }
   auto& entry = st.optimizers[index_];
   if (!st.scaler) {
-    optimizer_->step();
+    // Re-checked each step: parameters can change dtype or layout between
+    // steps, and the check is a few flag reads per parameter.
+    if (entry.fused && !detail::fused_step_unsupported_reason(*optimizer_)) {
+      detail::fused_step(*optimizer_);
+    } else {
+      optimizer_->step();
+    }
     entry.skipped = false;
     return;
   }

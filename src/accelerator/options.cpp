@@ -229,6 +229,7 @@ ResolvedAcceleratorOptions resolve_options(
   r.project_dir = options.project_dir().value_or(".");
   r.step_scheduler_with_optimizer = options.step_scheduler_with_optimizer();
   r.autocast_cache_enabled = options.autocast_cache_enabled();
+  r.fused_optimizer_step = options.fused_optimizer_step();
   r.quiet = options.quiet();
 
   add("mixed_precision", precision_value, precision_source);
@@ -248,6 +249,9 @@ ResolvedAcceleratorOptions resolve_options(
       "option");
   add("autocast_cache_enabled",
       r.autocast_cache_enabled ? "true" : "false",
+      "option");
+  add("fused_optimizer_step",
+      r.fused_optimizer_step ? "true" : "false",
       "option");
   add("seed",
       r.seed ? std::to_string(*r.seed) : "unset",

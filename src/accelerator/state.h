@@ -20,6 +20,7 @@ struct PreparedOptimizerEntry {
   bool stepped = false;   // stepped since the last scale update
   bool unscaled = false;  // unscale_ ran since the last scale update
   bool skipped = false;   // the last step that ran was skipped
+  bool fused = false;     // steps through detail::fused_step
 };
 
 struct AcceleratorState {

@@ -468,6 +468,41 @@ TEST(AcceleratorTest, OptimizerStateSurvivesPreparation) {
   expect_equal(snapshot(a), snapshot(b));
 }
 
+// The fused AdamW step computes LibTorch's update: bit-identical where ATen
+// runs its FMA kernels (AVX2/AVX-512), within 5e-7 relative otherwise.
+TEST(AcceleratorTest, FusedAdamWStepMatchesLibTorchsStep) {
+  const auto x = torch::randn({8, 6});
+  Net a = make_net(11);
+  Net b = make_net(11);
+  torch::optim::AdamW adamw_a(
+      a->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  torch::optim::AdamW adamw_b(
+      b->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  testing::internal::CaptureStderr();
+  Accelerator accelerator(AcceleratorOptions().mixed_precision("no"));
+  auto [model, optimizer] = accelerator.prepare(a, adamw_a);
+  EXPECT_THAT(
+      testing::internal::GetCapturedStderr(),
+      testing::HasSubstr("optimizer 0 steps fused"));
+  for (int i = 0; i < 20; ++i) {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(x).pow(2).sum());
+    optimizer.step();
+    optimizer.zero_grad();
+    adamw_b.zero_grad();
+    b(x).pow(2).sum().backward();
+    adamw_b.step();
+  }
+  const auto pa = snapshot(a);
+  const auto pb = snapshot(b);
+  bool identical = true;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    identical = identical && torch::equal(pa[i], pb[i]);
+    EXPECT_TRUE(torch::allclose(pa[i], pb[i], 5e-7, 0)) << i;
+  }
+  RecordProperty("bit_identical", identical ? "yes" : "no");
+}
+
 TEST(AcceleratorTest, AnOptimizerIsPreparedOnlyOnce) {
   Accelerator accelerator(quiet());
   Net net = make_net();

@@ -88,6 +88,11 @@ struct AcceleratorOptions {
   TORCH_ARG(std::optional<bool>, loss_scaling);
   /// Cache the reduced-precision copies of weights within one forward.
   TORCH_ARG(bool, autocast_cache_enabled) = true;
+  /// Run a prepared torch::optim::Adam/AdamW step as one fused pass over
+  /// each parameter (contiguous float32 CPU parameters, amsgrad off, no loss
+  /// scaling), with LibTorch's math and state; false always calls
+  /// optimizer.step(). Default true.
+  TORCH_ARG(bool, fused_optimizer_step) = true;
   /// The config file's values (the command-line layer reads the file).
   TORCH_ARG(ConfigValues, config);
   /// No start-up table or choice lines on stderr (warnings still print).
@@ -116,6 +121,7 @@ struct ResolvedAcceleratorOptions {
   bool loss_scaling = false;
   GradScalerOptions grad_scaler;
   bool autocast_cache_enabled = true;
+  bool fused_optimizer_step = true;
   bool quiet = false;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   /// What "auto" became and why; empty unless auto was asked for.
