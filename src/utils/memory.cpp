@@ -87,14 +87,6 @@ int64_t batch_size_after_failure(
   return next;
 }
 
-void release_cached_memory() {
-  // The CPU allocator returns freed memory at once, so there is nothing to
-  // release. A CUDA build empties the caching allocator here
-  // (c10::cuda::CUDACachingAllocator::emptyCache()); that version belongs in
-  // a file compiled only with CUDA, chosen in src/CMakeLists.txt like
-  // amp/cuda_capability.cpp.
-}
-
 }  // namespace detail
 
 }  // namespace ampkit
