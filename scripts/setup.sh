@@ -26,9 +26,10 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
 )
-# The tests also check the golden headers against Python torch.
+# The tests also check the golden headers against Python torch, and render a
+# report in headless Chromium (that test skips itself without it).
 if [ "$mode" = test ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch chromium)
 fi
 
 missing=()

@@ -1,0 +1,214 @@
+// The built-in trackers: JSONL (one object per log call) and CSV (one row
+// per metric), and the factory that also builds TensorBoard's.
+#include "ampkit/track/tracker.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ampkit/error.h"
+#include "ampkit/track/tensorboard.h"
+
+namespace ampkit::track {
+
+namespace {
+
+constexpr const char* kComponent = "Tracker";
+
+std::ofstream open_for_append(const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::app);
+  if (!out) {
+    throw IoError(
+        kComponent,
+        "cannot open " + path.string() +
+            " for writing. Check that the directory exists and is writable, "
+            "or choose another project_dir.");
+  }
+  return out;
+}
+
+void check_written(std::ofstream& out, const std::filesystem::path& path) {
+  out.flush();
+  if (!out) {
+    throw IoError(
+        kComponent,
+        "writing " + path.string() +
+            " failed (disk full or the file was removed). Free space or "
+            "choose another project_dir.");
+  }
+}
+
+std::filesystem::path make_run_dir(const std::string& run_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec || !std::filesystem::is_directory(run_dir)) {
+    throw IoError(
+        kComponent,
+        "cannot create the run directory " + run_dir + ": " +
+            (ec ? ec.message() : "a file of that name exists") +
+            ". Choose another project_dir.");
+  }
+  return run_dir;
+}
+
+// JSON has no inf/NaN; they are written as null so that a line stays valid.
+nlohmann::json number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+class JsonlTracker : public Tracker {
+ public:
+  explicit JsonlTracker(const std::filesystem::path& dir)
+      : path_(dir / kJsonlFile), out_(open_for_append(path_)) {}
+  std::string name() const override {
+    return "jsonl";
+  }
+  void log(const Metrics& metrics, int64_t step, double wall_time) override {
+    check_open(finished_, path_);
+    nlohmann::json line = {{"step", step}, {"wall_time", wall_time}};
+    for (const auto& [key, value] : metrics) {
+      line[key] = number(value);
+    }
+    out_ << line.dump() << '\n';
+    check_written(out_, path_);
+  }
+  void finish() override {
+    if (!finished_) {
+      check_written(out_, path_);
+      out_.close();
+      finished_ = true;
+    }
+  }
+
+  static void check_open(bool finished, const std::filesystem::path& path) {
+    if (finished) {
+      throw UsageError(
+          kComponent,
+          "log after finish on " + path.string() +
+              ". Call end_training() once, after the last log().");
+    }
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::ofstream out_;
+  bool finished_ = false;
+};
+
+class CsvTracker : public Tracker {
+ public:
+  explicit CsvTracker(const std::filesystem::path& dir)
+      : path_(dir / kCsvFile) {
+    const bool fresh = !std::filesystem::exists(path_) ||
+                       std::filesystem::file_size(path_) == 0;
+    out_ = open_for_append(path_);
+    if (fresh) {
+      out_ << "step,wall_time,name,value\n";
+    }
+  }
+  std::string name() const override {
+    return "csv";
+  }
+  void log(const Metrics& metrics, int64_t step, double wall_time) override {
+    JsonlTracker::check_open(finished_, path_);
+    std::ostringstream rows;
+    rows.precision(17);
+    for (const auto& [key, value] : metrics) {
+      rows << step << ',' << wall_time << ',' << csv_field(key) << ','
+           << value << '\n';
+    }
+    out_ << rows.str();
+    check_written(out_, path_);
+  }
+  void finish() override {
+    if (!finished_) {
+      check_written(out_, path_);
+      out_.close();
+      finished_ = true;
+    }
+  }
+
+ private:
+  static std::string csv_field(const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) {
+      return text;
+    }
+    std::string quoted = "\"";
+    for (char c : text) {
+      quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    }
+    return quoted + "\"";
+  }
+
+  std::filesystem::path path_;
+  std::ofstream out_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+std::vector<std::string> parse_log_with(const std::string& log_with) {
+  const std::vector<std::string> all = {"jsonl", "csv", "tensorboard"};
+  std::vector<std::string> names;
+  std::stringstream in(log_with);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) {
+      continue;
+    }
+    if (item == "all") {
+      return all;
+    }
+    if (std::find(all.begin(), all.end(), item) == all.end()) {
+      throw InvalidArgument(
+          kComponent,
+          "unknown tracker in log_with, got '" + item +
+              "'. Valid values: jsonl, csv, tensorboard, all (comma-separated).");
+    }
+    if (std::find(names.begin(), names.end(), item) == names.end()) {
+      names.push_back(item);
+    }
+  }
+  return names;
+}
+
+void write_run_config(const std::string& run_dir, const RunConfig& config) {
+  const auto path = make_run_dir(run_dir) / kConfigFile;
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) {
+    throw IoError(
+        kComponent,
+        "cannot write " + path.string() + ". Choose another project_dir.");
+  }
+  out << nlohmann::json(config).dump(2) << '\n';
+  check_written(out, path);
+}
+
+std::unique_ptr<Tracker> make_tracker(
+    const std::string& name,
+    const std::string& run_dir,
+    const RunConfig& config) {
+  const auto dir = make_run_dir(run_dir);
+  write_run_config(run_dir, config);
+  if (name == "jsonl") {
+    return std::make_unique<JsonlTracker>(dir);
+  }
+  if (name == "csv") {
+    return std::make_unique<CsvTracker>(dir);
+  }
+  if (name == "tensorboard") {
+    return make_tensorboard_tracker(run_dir, config);
+  }
+  throw InvalidArgument(
+      kComponent,
+      "unknown tracker, got '" + name +
+          "'. Valid values: jsonl, csv, tensorboard.");
+}
+
+}  // namespace ampkit::track
