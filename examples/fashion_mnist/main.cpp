@@ -1,6 +1,7 @@
 // The ampkit demo: a small CNN trained on Fashion-MNIST with the Accelerator
 // (mixed precision, gradient accumulation, a warmup+cosine schedule),
-// progress on stderr and a summary.json in --output-dir.
+// progress on stderr, the run's metrics (--log-with) and a summary.json in
+// --output-dir.
 #include <ampkit/ampkit.h>
 #include <torch/torch.h>
 
@@ -59,7 +60,7 @@ struct Args {
   int threads = 0;          // 0 = every core
   int64_t limit_train = 0;  // 0 = all 60000
   int64_t limit_test = 0;   // 0 = all 10000
-  int64_t log_every = 100;
+  std::string log_with;  // "" = none
   double min_accuracy = 0;  // exit 1 below this (for CI)
   std::string data_dir = ampkit::data::kFashionMnistDir;
   std::string output_dir = "fashion_mnist_output";
@@ -111,7 +112,15 @@ int run(const Args& args) {
   if (args.cpu) {
     options.cpu(true);
   }
-  options.project_dir(args.output_dir);
+  // The run directory is --output-dir itself: project_dir is its parent.
+  const std::filesystem::path output_dir(args.output_dir);
+  const std::string project_dir = output_dir.has_parent_path()
+      ? output_dir.parent_path().string()
+      : std::string(".");
+  options.project_dir(project_dir);
+  if (!args.log_with.empty()) {
+    options.log_with(args.log_with).auto_log(true);
+  }
   ampkit::Accelerator accelerator(options);
   std::cerr << "fashion_mnist: ampkit " << AMPKIT_VERSION << ", LibTorch "
             << TORCH_VERSION << ", " << threads << " threads\n";
@@ -154,6 +163,16 @@ int run(const Args& args) {
           std::move(train_set),
           torch::data::DataLoaderOptions(args.batch_size)));
 
+  if (!args.log_with.empty()) {
+    accelerator.init_trackers(
+        output_dir.filename().string(),
+        {{"model", "conv32-bn-conv64-bn-fc128-fc10"},
+         {"batch_size", std::to_string(args.batch_size)},
+         {"epochs", std::to_string(args.epochs)},
+         {"lr", std::to_string(args.lr)},
+         {"train_images", std::to_string(n_train)}});
+  }
+  ampkit::track::Progress progress(total_steps);
   int64_t steps = 0;
   int64_t skipped = 0;
   int64_t samples = 0;
@@ -181,26 +200,18 @@ int run(const Args& args) {
       }
       ++steps;
       skipped += accelerator.optimizer_step_was_skipped() ? 1 : 0;
-      const bool last = steps == total_steps || accelerator.end_of_dataloader();
-      if (steps % args.log_every == 0 || last) {
-        const double secs = std::chrono::duration<double>(
-                                std::chrono::steady_clock::now() - start)
-                                .count();
+      // The mean loss over the last 20 micro-batches, for the display.
+      if (since_log >= 20 || steps == 1 || steps == total_steps ||
+          accelerator.end_of_dataloader()) {
         train_loss = running / static_cast<double>(since_log);
-        std::fprintf(
-            stderr,
-            "epoch %lld step %lld/%lld loss %.4f lr %.2e skipped %lld "
-            "samples/s %.0f\n",
-            static_cast<long long>(epoch),
-            static_cast<long long>(steps),
-            static_cast<long long>(total_steps),
-            train_loss,
-            scheduler.get_last_lr()[0],
-            static_cast<long long>(skipped),
-            double(epoch_samples) / secs);
         running = 0;
         since_log = 0;
       }
+      const double secs = std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+      progress.update(
+          {steps, epoch, train_loss, double(epoch_samples) / secs});
       if (steps == total_steps) {
         break;
       }
@@ -210,6 +221,13 @@ int run(const Args& args) {
                          .count();
     samples += epoch_samples;
     epoch_accuracy = accuracy(model, test, accelerator.device());
+    accelerator.log({{"test_accuracy", epoch_accuracy}});
+    progress.update({steps, epoch, train_loss, double(epoch_samples) /
+        std::max(1e-9, std::chrono::duration<double>(
+            std::chrono::steady_clock::now() - start).count())});
+    if (!progress.plain()) {
+      std::fprintf(stderr, "\n");
+    }
     std::fprintf(
         stderr,
         "epoch %lld test accuracy %.4f (%lld images)\n",
@@ -217,6 +235,8 @@ int run(const Args& args) {
         epoch_accuracy,
         static_cast<long long>(test.images.size(0)));
   }
+  progress.finish();
+  accelerator.end_training();
 
   const nlohmann::json summary = {
       {"test_accuracy", epoch_accuracy},
@@ -284,8 +304,10 @@ int main(int argc, char** argv) {
   app.add_option(
       flags("limit-test"), args.limit_test, "use only the first N test images");
   app.add_option(
-      flags("log-every"), args.log_every, "optimizer steps between lines")
-      ->check(CLI::PositiveNumber);
+      flags("log-with"),
+      args.log_with,
+      "write the run's metrics into --output-dir: jsonl, csv, tensorboard "
+      "or all (comma-separated); view them with `ampkit report`");
   app.add_option(
       flags("min-accuracy"),
       args.min_accuracy,
@@ -295,7 +317,9 @@ int main(int argc, char** argv) {
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
   app.add_option(
-      flags("output-dir"), args.output_dir, "where summary.json is written");
+      flags("output-dir"),
+      args.output_dir,
+      "the run directory: summary.json and the --log-with files");
   app.add_option(flags("seed"), args.seed, "random seed");
   CLI11_PARSE(app, argc, argv);
   try {

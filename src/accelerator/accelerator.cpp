@@ -6,12 +6,15 @@
 #include <torch/cuda.h>
 #include <torch/serialize/output-archive.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <sstream>
 
 #include "accelerator/state.h"
+#include "ampkit/track/system_stats.h"
 #include "optim/fused_step.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/random.h"
@@ -37,6 +40,68 @@ void AcceleratorState::update_scaler() {
     entry.stepped = false;
     entry.unscaled = false;
   }
+}
+
+double wall_time_now() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void log_to_trackers(
+    AcceleratorState& state,
+    const track::Metrics& metrics,
+    int64_t step) {
+  const double now = wall_time_now();
+  for (auto& tracker : state.trackers) {
+    tracker->log(metrics, step, now);
+  }
+}
+
+void AcceleratorState::after_optimizer_step(bool skipped) {
+  ++optimizer_steps;
+  skipped_steps += skipped ? 1 : 0;
+  if (!options.auto_log || trackers.empty() ||
+      optimizer_steps % options.log_every_n_steps != 0) {
+    return;
+  }
+  track::Metrics m;
+  if (loss_count > 0) {
+    m[track::kLoss] = loss_sum.item<double>() / double(loss_count);
+  }
+  const auto& groups = optimizers.front().optimizer->param_groups();
+  if (!groups.empty()) {
+    m[track::kLearningRate] = groups.front().options().get_lr();
+  }
+  if (scaler) {
+    m[track::kLossScale] = scaler->get_scale();
+  }
+  m[track::kSkippedSteps] = double(skipped_steps);
+  if (last_grad_norm.defined()) {
+    m[track::kGradNorm] = last_grad_norm.item<double>();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds =
+      std::chrono::duration<double>(now - last_log_time).count();
+  if (samples_since_log > 0 && seconds > 0) {
+    m[track::kSamplesPerSecond] =
+        double(samples_since_log * num_processes) / seconds;
+  }
+  if (auto rss = track::process_rss_mb()) {
+    m[track::kMemoryRssMb] = *rss;
+  }
+  if (options.device.is_cuda()) {
+    if (auto gpu = track::gpu_stats(options.device.index())) {
+      m[track::kGpuMemoryMb] = gpu->memory_used_mb;
+      m[track::kGpuUtilization] = gpu->utilization_percent;
+    }
+  }
+  log_to_trackers(*this, m, optimizer_steps);
+  loss_sum = torch::Tensor();
+  loss_count = 0;
+  last_grad_norm = torch::Tensor();
+  samples_since_log = 0;
+  last_log_time = now;
 }
 
 void move_optimizer_state(
@@ -65,6 +130,10 @@ void note_forward(AcceleratorState& state) {
 
 void set_end_of_dataloader(AcceleratorState& state, bool end) {
   state.end_of_dataloader = end;
+}
+
+void note_batch(AcceleratorState& state, int64_t samples) {
+  state.samples_since_log += samples;
 }
 
 c10::Device device(const AcceleratorState& state) {
@@ -133,7 +202,80 @@ Accelerator::Accelerator(AcceleratorOptions options)
   }
 }
 
-Accelerator::~Accelerator() = default;
+Accelerator::~Accelerator() {
+  try {
+    end_training();
+  } catch (const std::exception& e) {
+    // A destructor must not throw; the trackers' last error is reported.
+    std::cerr << "ampkit: warning: closing the trackers failed: " << e.what()
+              << std::endl;
+  }
+}
+
+void Accelerator::init_trackers(
+    const std::string& project_name,
+    const track::RunConfig& config) {
+  auto& st = *state_;
+  if (st.options.log_with.empty()) {
+    throw UsageError(
+        kComponent,
+        "init_trackers needs log_with to name a tracker, got none. Set "
+        "AcceleratorOptions().log_with(\"jsonl\") (or csv, tensorboard, "
+        "all), or log_with in the config file.");
+  }
+  if (project_name.empty() || project_name.find('/') != std::string::npos ||
+      project_name == "." || project_name == "..") {
+    throw InvalidArgument(
+        kComponent,
+        "init_trackers needs a project name usable as a folder name, got '" +
+            project_name + "'. Use letters, digits, '-' or '_'.");
+  }
+  if (!st.trackers.empty()) {
+    throw UsageError(
+        kComponent,
+        "init_trackers was already called for " + st.run_dir +
+            ". Call it once per run, or end_training() first.");
+  }
+  st.run_dir =
+      (std::filesystem::path(st.options.project_dir) / project_name).string();
+  if (!is_main_process()) {
+    return;
+  }
+  track::RunConfig run_config;
+  for (const auto& row : st.options.rows) {
+    run_config[row.name] = row.value;
+  }
+  for (const auto& [key, value] : config) {
+    run_config[key] = value;
+  }
+  for (const auto& name : st.options.log_with) {
+    st.trackers.push_back(track::make_tracker(name, st.run_dir, run_config));
+  }
+  st.last_log_time = std::chrono::steady_clock::now();
+  st.samples_since_log = 0;
+}
+
+void Accelerator::log(
+    const track::Metrics& metrics,
+    std::optional<int64_t> step) {
+  detail::log_to_trackers(
+      *state_, metrics, step.value_or(state_->optimizer_steps));
+}
+
+void Accelerator::end_training() {
+  for (auto& tracker : state_->trackers) {
+    tracker->finish();
+  }
+  state_->trackers.clear();
+}
+
+const std::string& Accelerator::run_dir() const {
+  return state_->run_dir;
+}
+
+int64_t Accelerator::optimizer_steps() const {
+  return state_->optimizer_steps;
+}
 
 const ResolvedAcceleratorOptions& Accelerator::options() const {
   return state_->options;
@@ -247,6 +389,12 @@ void Accelerator::backward(const torch::Tensor& loss) {
             "compute inside `auto guard = accelerator.autocast();`.");
   }
   st.forwards_since_backward = 0;
+  if (st.options.auto_log && !st.trackers.empty()) {
+    // Summed on the device; read once per log, not once per step.
+    const auto value = loss.detach().to(torch::kFloat);
+    st.loss_sum = st.loss_sum.defined() ? st.loss_sum + value : value;
+    ++st.loss_count;
+  }
   torch::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
@@ -339,6 +487,7 @@ torch::Tensor Accelerator::clip_grad_norm_(
   for (auto& g : grads) {
     g.mul_(coef.to(g.device()));
   }
+  state_->last_grad_norm = total;
   return total;
 }
 
@@ -439,6 +588,9 @@ void PreparedOptimizer::step() {
       optimizer_->step();
     }
     entry.skipped = false;
+    if (index_ == 0) {
+      st.after_optimizer_step(false);
+    }
     return;
   }
   if (entry.stepped) {
@@ -454,6 +606,9 @@ void PreparedOptimizer::step() {
   }
   if (all_stepped) {
     st.update_scaler();
+  }
+  if (index_ == 0) {
+    st.after_optimizer_step(entry.skipped);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ampkit/error.h"
+#include "ampkit/track/tracker.h"
 
 namespace ampkit {
 
@@ -230,6 +231,24 @@ ResolvedAcceleratorOptions resolve_options(
   r.step_scheduler_with_optimizer = options.step_scheduler_with_optimizer();
   r.autocast_cache_enabled = options.autocast_cache_enabled();
   r.fused_optimizer_step = options.fused_optimizer_step();
+  std::string log_with_source = "default";
+  std::string log_with;
+  if (options.log_with()) {
+    log_with = *options.log_with();
+    log_with_source = "explicit";
+  } else if (options.config().log_with) {
+    log_with = *options.config().log_with;
+    log_with_source = options.config().origin;
+  }
+  r.log_with = track::parse_log_with(log_with);
+  r.auto_log = options.auto_log();
+  r.log_every_n_steps = options.log_every_n_steps();
+  if (r.log_every_n_steps < 1) {
+    throw InvalidArgument(
+        kComponent,
+        "log_every_n_steps must be >= 1, got " +
+            std::to_string(r.log_every_n_steps) + ". Use 1 to log every step.");
+  }
   r.quiet = options.quiet();
 
   add("mixed_precision", precision_value, precision_source);
@@ -252,6 +271,15 @@ ResolvedAcceleratorOptions resolve_options(
       "option");
   add("fused_optimizer_step",
       r.fused_optimizer_step ? "true" : "false",
+      "option");
+  std::string trackers;
+  for (const auto& t : r.log_with) {
+    trackers += (trackers.empty() ? "" : ",") + t;
+  }
+  add("log_with", trackers.empty() ? "none" : trackers, log_with_source);
+  add("auto_log",
+      r.auto_log ? "every " + std::to_string(r.log_every_n_steps) + " steps"
+                 : "off",
       "option");
   add("seed",
       r.seed ? std::to_string(*r.seed) : "unset",

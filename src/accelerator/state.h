@@ -5,13 +5,16 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ampkit/accelerator/options.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
+#include "ampkit/track/tracker.h"
 
 namespace ampkit::detail {
 
@@ -40,6 +43,21 @@ struct AcceleratorState {
   bool scaler_update_pending = false;
   int64_t forwards_since_backward = 0;
   bool warned_no_forward = false;
+
+  // Tracking (trackers only on the main process).
+  std::vector<std::unique_ptr<track::Tracker>> trackers;
+  std::string run_dir;
+  int64_t optimizer_steps = 0;
+  int64_t skipped_steps = 0;
+  torch::Tensor loss_sum;  // micro-step losses since the last automatic log
+  int64_t loss_count = 0;
+  torch::Tensor last_grad_norm;
+  int64_t samples_since_log = 0;
+  std::chrono::steady_clock::time_point last_log_time;
+
+  /// After each step of the first prepared optimizer: counts it and, with
+  /// auto_log, logs every log_every_n_steps.
+  void after_optimizer_step(bool skipped);
 
   int64_t num_processes = 1;
   int64_t process_index = 0;

@@ -20,6 +20,7 @@
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/optim/scheduler.h"
+#include "ampkit/track/tracker.h"
 
 namespace ampkit {
 
@@ -140,6 +141,24 @@ class Accelerator {
   /// A guard running its scope under the Accelerator's autocast, for work
   /// outside the prepared forward (a disabled guard for precision no).
   Autocast autocast() const;
+
+  /// Starts the trackers of log_with in project_dir/project_name (the run
+  /// directory), writing the run's configuration there: the resolved
+  /// options plus `config`. Only the main process writes. Throws
+  /// ampkit::UsageError when log_with names no tracker.
+  void init_trackers(
+      const std::string& project_name,
+      const track::RunConfig& config = {});
+  /// Records metrics at `step` (default: optimizer_steps()) in every tracker.
+  void log(
+      const track::Metrics& metrics,
+      std::optional<int64_t> step = std::nullopt);
+  /// Flushes and closes the trackers (also done by the destructor).
+  void end_training();
+  /// project_dir/project_name once init_trackers ran, else "".
+  const std::string& run_dir() const;
+  /// Optimizer steps taken (synchronising steps, skipped ones included).
+  int64_t optimizer_steps() const;
 
   /// Process topology; one process until the distributed layer runs.
   bool is_main_process() const;

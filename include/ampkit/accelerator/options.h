@@ -44,6 +44,8 @@ struct ConfigValues {
   std::optional<Precision> mixed_precision;
   std::optional<int64_t> gradient_accumulation_steps;
   std::optional<bool> use_cpu;
+  /// accelerate's log_with: trackers, e.g. "jsonl,tensorboard" or "all".
+  std::optional<std::string> log_with;
 };
 
 /// What a training run asks for. Every field left unset is taken, in this
@@ -95,6 +97,15 @@ struct AcceleratorOptions {
   TORCH_ARG(bool, fused_optimizer_step) = true;
   /// The config file's values (the command-line layer reads the file).
   TORCH_ARG(ConfigValues, config);
+  /// Trackers init_trackers starts: a comma-separated list of jsonl, csv,
+  /// tensorboard, or "all". Default none.
+  TORCH_ARG(std::optional<std::string>, log_with);
+  /// Log loss, learning rate, loss scale, skipped steps, gradient norm,
+  /// samples/s and memory by itself, every log_every_n_steps optimizer steps,
+  /// once init_trackers ran. Default false.
+  TORCH_ARG(bool, auto_log) = false;
+  /// Optimizer steps between automatic logs, >= 1. Default 1.
+  TORCH_ARG(int64_t, log_every_n_steps) = 1;
   /// No start-up table or choice lines on stderr (warnings still print).
   TORCH_ARG(bool, quiet) = false;
 };
@@ -122,6 +133,9 @@ struct ResolvedAcceleratorOptions {
   GradScalerOptions grad_scaler;
   bool autocast_cache_enabled = true;
   bool fused_optimizer_step = true;
+  std::vector<std::string> log_with;
+  bool auto_log = false;
+  int64_t log_every_n_steps = 1;
   bool quiet = false;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   /// What "auto" became and why; empty unless auto was asked for.

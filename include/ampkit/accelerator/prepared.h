@@ -31,6 +31,8 @@ const AutocastOptions* forward_autocast(AcceleratorState& state);
 /// can tell when none ran.
 void note_forward(AcceleratorState& state);
 void set_end_of_dataloader(AcceleratorState& state, bool end);
+/// Counts the samples of a batch for the samples/s the Accelerator logs.
+void note_batch(AcceleratorState& state, int64_t samples);
 c10::Device device(const AcceleratorState& state);
 
 /// accelerate's convert_to_fp32: fp16 and bf16 tensors become float32,
@@ -97,6 +99,24 @@ std::vector<T> to_device(std::vector<T> values, const c10::Device& device) {
     v = to_device(std::move(v), device);
   }
   return values;
+}
+
+/// Samples in a batch: the first dimension of its (data) tensor, the length
+/// of a vector of examples; 0 for anything else.
+inline int64_t batch_size_of(const torch::Tensor& t) {
+  return t.defined() && t.dim() > 0 ? t.size(0) : 0;
+}
+template <typename Data, typename Target>
+int64_t batch_size_of(const torch::data::Example<Data, Target>& example) {
+  return batch_size_of(example.data);
+}
+template <typename T>
+int64_t batch_size_of(const std::vector<T>& values) {
+  return static_cast<int64_t>(values.size());
+}
+template <typename T>
+int64_t batch_size_of(const T& /*value*/) {
+  return 0;
 }
 
 template <typename M>
@@ -284,6 +304,7 @@ class PreparedDataLoader {
       }
       current_.emplace(
           detail::to_device(std::move(**it_), detail::device(*owner_->state_)));
+      detail::note_batch(*owner_->state_, detail::batch_size_of(*current_));
       ++*it_;
       detail::set_end_of_dataloader(*owner_->state_, *it_ == *end_);
     }
