@@ -172,7 +172,9 @@ int run(const Args& args) {
          {"lr", std::to_string(args.lr)},
          {"train_images", std::to_string(n_train)}});
   }
-  ampkit::track::Progress progress(total_steps);
+  ampkit::track::ProgressOptions progress_options;
+  progress_options.enabled = accelerator.is_main_process();
+  ampkit::track::Progress progress(total_steps, progress_options);
   int64_t steps = 0;
   int64_t skipped = 0;
   int64_t samples = 0;

@@ -96,6 +96,9 @@ std::string Progress::format(const ProgressState& state) const {
 }
 
 void Progress::draw(const ProgressState& state) {
+  if (!options_.enabled) {
+    return;
+  }
   const std::string text = format(state);
   if (plain_) {
     std::fprintf(out_, "%s\n", text.c_str());
@@ -126,7 +129,7 @@ void Progress::finish() {
   }
   finished_ = true;
   draw(last_);
-  if (!plain_) {
+  if (!plain_ && options_.enabled) {
     std::fprintf(out_, "\n");
     std::fflush(out_);
   }

@@ -108,14 +108,24 @@ TEST(TrackerTest, UnwritableRunDirectoryNamesThePath) {
   fs::remove_all(dir);
 }
 
+ProgressOptions progress_options(
+    double redraws, double interval, int width, bool plain) {
+  ProgressOptions o;
+  o.max_redraws_per_second = redraws;
+  o.line_interval_seconds = interval;
+  o.bar_width = width;
+  o.plain = plain;
+  return o;
+}
+
 TEST(ProgressTest, FormatShowsStepEpochLossRateAndEta) {
   std::FILE* sink = std::tmpfile();
   {
-    Progress bar(100, ProgressOptions{10, 10, 10, false}, sink);
+    Progress bar(100, progress_options(10, 10, 10, false), sink);
     const std::string text = bar.format({25, 2, 0.3125, 1500});
     EXPECT_THAT(text, testing::StartsWith("epoch 2 [##--------] 25/100 25%"));
     EXPECT_THAT(text, testing::HasSubstr("loss 0.3125 1500 samples/s ETA "));
-    Progress plain(100, ProgressOptions{10, 10, 10, true}, sink);
+    Progress plain(100, progress_options(10, 10, 10, true), sink);
     EXPECT_THAT(
         plain.format({25, 2, 0.3125, 1500}),
         testing::StartsWith("epoch 2 25/100 25% loss"));
@@ -136,7 +146,7 @@ std::string contents(std::FILE* f) {
 TEST(ProgressTest, PlainModePrintsPeriodicLinesNotEveryUpdate) {
   std::FILE* sink = std::tmpfile();
   {
-    Progress progress(1000, ProgressOptions{10, 3600, 30, true}, sink);
+    Progress progress(1000, progress_options(10, 3600, 30, true), sink);
     for (int64_t step = 1; step <= 1000; ++step) {
       progress.update({step, 1, 0.5, 100});
     }
@@ -152,7 +162,7 @@ TEST(ProgressTest, PlainModePrintsPeriodicLinesNotEveryUpdate) {
 TEST(ProgressTest, BarRedrawsInPlaceAtMostTheRateLimit) {
   std::FILE* sink = std::tmpfile();
   {
-    Progress progress(1000, ProgressOptions{1e-3, 10, 30, false}, sink);
+    Progress progress(1000, progress_options(1e-3, 10, 30, false), sink);
     for (int64_t step = 1; step <= 1000; ++step) {
       progress.update({step, 1, 0.5, 100});
     }
@@ -162,6 +172,21 @@ TEST(ProgressTest, BarRedrawsInPlaceAtMostTheRateLimit) {
   // One redraw allowed per 1000 s: the first update and finish().
   EXPECT_EQ(std::count(out.begin(), out.end(), '\r'), 2);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1);
+  std::fclose(sink);
+}
+
+TEST(ProgressTest, DisabledProgressDrawsNothing) {
+  std::FILE* sink = std::tmpfile();
+  {
+    ProgressOptions options;
+    options.plain = true;
+    options.enabled = false;  // a process other than the main one
+    Progress progress(10, options, sink);
+    for (int64_t step = 1; step <= 10; ++step) {
+      progress.update({step, 1, 0.5, 100});
+    }
+  }
+  EXPECT_EQ(contents(sink), "");
   std::fclose(sink);
 }
 

@@ -20,6 +20,9 @@ struct ProgressOptions {
   /// Force plain lines (true) or the bar (false); unset: the bar only when
   /// stderr is a terminal and the CI environment variable is not set.
   std::optional<bool> plain;
+  /// false draws nothing: pass accelerator.is_main_process(), so that only
+  /// the main process of a distributed run shows progress.
+  bool enabled = true;
 };
 
 /// What one update shows.
