@@ -104,6 +104,16 @@ void AcceleratorState::after_optimizer_step(bool skipped) {
   last_log_time = now;
 }
 
+const std::string* AcceleratorState::first_non_finite_gradient() const {
+  for (const auto& [name, param] : named_parameters) {
+    const auto& grad = param.grad();
+    if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) {
+      return &name;
+    }
+  }
+  return nullptr;
+}
+
 void move_optimizer_state(
     torch::optim::Optimizer& optimizer,
     const c10::Device& device) {
@@ -181,7 +191,29 @@ Accelerator::Accelerator(AcceleratorOptions options)
             .cache_enabled(r.autocast_cache_enabled));
   }
   if (r.loss_scaling) {
-    st.scaler.emplace(r.grad_scaler);
+    GradScalerOptions scaler_options = r.grad_scaler;
+    if (r.detect_anomaly) {
+      scaler_options.report_overflow(true);
+    }
+    st.scaler.emplace(scaler_options);
+    if (r.detect_anomaly) {
+      // Skipped steps are loss scaling working as designed: logged, named by
+      // the Accelerator's step count rather than the scaler's updates.
+      detail::AcceleratorState* raw = state_.get();
+      st.scaler->set_overflow_callback([raw](const OverflowReport& report) {
+        std::ostringstream line;
+        line << "step " << raw->optimizer_steps + 1
+             << " skipped: non-finite gradients in ";
+        const char* sep = "";
+        for (const auto& name : report.parameters) {
+          line << sep << name;
+          sep = ", ";
+        }
+        line << "; loss scale " << report.old_scale << " -> "
+             << report.new_scale;
+        warn(*raw, line.str());
+      });
+    }
   }
   if (r.seed) {
     set_seed(*r.seed);
@@ -302,7 +334,20 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
         "model before preparing it.");
   }
   module->to(device());
-  state_->models.push_back(module);
+  auto& st = *state_;
+  st.models.push_back(module);
+  // Names by module path; a second model's are prefixed to stay unique.
+  const std::string prefix = st.models.size() == 1
+      ? std::string()
+      : "model" + std::to_string(st.models.size() - 1) + ".";
+  torch::OrderedDict<std::string, torch::Tensor> named;
+  for (const auto& item : module->named_parameters()) {
+    st.named_parameters.emplace_back(prefix + item.key(), item.value());
+    named.insert(prefix + item.key(), item.value());
+  }
+  if (st.scaler) {
+    st.scaler->register_parameter_names(named);
+  }
   return module;
 }
 
@@ -389,6 +434,17 @@ void Accelerator::backward(const torch::Tensor& loss) {
             "compute inside `auto guard = accelerator.autocast();`.");
   }
   st.forwards_since_backward = 0;
+  if (st.options.detect_anomaly && !st.scaler &&
+      !torch::isfinite(loss.detach()).all().item<bool>()) {
+    throw TrainingDiverged(
+        kComponent,
+        "detect_anomaly: the loss is non-finite at step " +
+            std::to_string(st.optimizer_steps + 1) + " (micro-step " +
+            std::to_string(st.micro_step) + "), got " +
+            std::to_string(loss.detach().to(torch::kDouble).sum().item<double>()) +
+            ". Lower the learning rate, check the inputs of this batch for "
+            "inf/NaN, or clip gradients (clip_grad_norm_).");
+  }
   if (st.options.auto_log && !st.trackers.empty()) {
     // Summed on the device; read once per log, not once per step.
     const auto value = loss.detach().to(torch::kFloat);
@@ -579,6 +635,18 @@ void PreparedOptimizer::step() {
     return;
   }
   auto& entry = st.optimizers[index_];
+  if (!st.scaler && st.options.detect_anomaly) {
+    if (const std::string* name = st.first_non_finite_gradient()) {
+      throw TrainingDiverged(
+          kComponent,
+          "detect_anomaly: the gradient of " + *name +
+              " is non-finite at step " +
+              std::to_string(st.optimizer_steps + 1) +
+              ", got inf/NaN; the step was not taken. Lower the learning "
+              "rate, clip gradients (clip_grad_norm_), or look for an "
+              "overflowing op in the forward (fp16: use loss scaling).");
+    }
+  }
   if (!st.scaler) {
     // Re-checked each step: parameters can change dtype or layout between
     // steps, and the check is a few flag reads per parameter.

@@ -231,6 +231,7 @@ ResolvedAcceleratorOptions resolve_options(
   r.step_scheduler_with_optimizer = options.step_scheduler_with_optimizer();
   r.autocast_cache_enabled = options.autocast_cache_enabled();
   r.fused_optimizer_step = options.fused_optimizer_step();
+  r.detect_anomaly = options.detect_anomaly();
   std::string log_with_source = "default";
   std::string log_with;
   if (options.log_with()) {
@@ -272,6 +273,7 @@ ResolvedAcceleratorOptions resolve_options(
   add("fused_optimizer_step",
       r.fused_optimizer_step ? "true" : "false",
       "option");
+  add("detect_anomaly", r.detect_anomaly ? "true" : "false", "option");
   std::string trackers;
   for (const auto& t : r.log_with) {
     trackers += (trackers.empty() ? "" : ",") + t;

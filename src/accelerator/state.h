@@ -59,6 +59,11 @@ struct AcceleratorState {
   /// auto_log, logs every log_every_n_steps.
   void after_optimizer_step(bool skipped);
 
+  // detect_anomaly: parameter names by module path, in registration order.
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters;
+  /// The first parameter whose gradient is inf/NaN, or nullptr.
+  const std::string* first_non_finite_gradient() const;
+
   int64_t num_processes = 1;
   int64_t process_index = 0;
   int64_t local_process_index = 0;

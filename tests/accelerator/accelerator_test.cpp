@@ -503,6 +503,68 @@ TEST(AcceleratorTest, FusedAdamWStepMatchesLibTorchsStep) {
   RecordProperty("bit_identical", identical ? "yes" : "no");
 }
 
+TEST(AcceleratorTest, DetectAnomalyNamesTheStepOfANonFiniteLoss) {
+  Accelerator accelerator(quiet().detect_anomaly(true));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto scope = accelerator.accumulate(model);
+  const auto x = torch::full({2, 6}, std::numeric_limits<float>::quiet_NaN());
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.backward(model(x).sum()),
+      TrainingDiverged,
+      "detect_anomaly: the loss is non-finite at step 1 (micro-step 1)");
+}
+
+TEST(AcceleratorTest, DetectAnomalyNamesTheFirstParameterWithANonFiniteGrad) {
+  Accelerator accelerator(quiet().detect_anomaly(true));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  for (int step = 1; step <= 2; ++step) {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(torch::randn({2, 6})).pow(2).sum());
+    if (step == 2) {
+      torch::NoGradGuard no_grad;
+      net->fc2->bias.grad()[1] = INFINITY;
+      net->fc2->weight.grad()[0][0] = NAN;
+      const auto before = snapshot(net);
+      AMPKIT_EXPECT_THROWS_WITH(
+          optimizer.step(),
+          TrainingDiverged,
+          "detect_anomaly: the gradient of fc2.weight is non-finite at step "
+          "2");
+      expect_equal(snapshot(net), before);  // the step was not taken
+    } else {
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+  }
+}
+
+TEST(AcceleratorTest, DetectAnomalyLogsEachSkippedStepUnderLossScaling) {
+  Accelerator accelerator(quiet().detect_anomaly(true).loss_scaling(true));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  testing::internal::CaptureStderr();
+  for (int step = 1; step <= 2; ++step) {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(torch::randn({2, 6})).pow(2).sum());
+    if (step == 2) {
+      torch::NoGradGuard no_grad;
+      net->fc1->bias.grad()[3] = INFINITY;
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  EXPECT_THAT(
+      testing::internal::GetCapturedStderr(),
+      testing::HasSubstr("step 2 skipped: non-finite gradients in fc1.bias; "
+                         "loss scale 65536 -> 32768"));
+  EXPECT_TRUE(accelerator.optimizer_step_was_skipped());
+}
+
 TEST(AcceleratorTest, AnOptimizerIsPreparedOnlyOnce) {
   Accelerator accelerator(quiet());
   Net net = make_net();

@@ -97,6 +97,13 @@ struct AcceleratorOptions {
   TORCH_ARG(bool, fused_optimizer_step) = true;
   /// The config file's values (the command-line layer reads the file).
   TORCH_ARG(ConfigValues, config);
+  /// Checks for inf/NaN: a non-finite loss in backward(), or a non-finite
+  /// gradient at an optimizer step, throws ampkit::TrainingDiverged naming
+  /// the step and the first parameter (by module path) affected; under loss
+  /// scaling, where such steps are skipped by design, each skipped step is
+  /// logged instead with the old and new scale and those parameters. Costs a
+  /// check of every gradient per step. Default false.
+  TORCH_ARG(bool, detect_anomaly) = false;
   /// Trackers init_trackers starts: a comma-separated list of jsonl, csv,
   /// tensorboard, or "all". Default none.
   TORCH_ARG(std::optional<std::string>, log_with);
@@ -133,6 +140,7 @@ struct ResolvedAcceleratorOptions {
   GradScalerOptions grad_scaler;
   bool autocast_cache_enabled = true;
   bool fused_optimizer_step = true;
+  bool detect_anomaly = false;
   std::vector<std::string> log_with;
   bool auto_log = false;
   int64_t log_every_n_steps = 1;
