@@ -9,6 +9,8 @@
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/amp/precision.h"
 #include "ampkit/data/fashion_mnist.h"
+#include "ampkit/diag/doctor.h"
+#include "ampkit/diag/hints.h"
 #include "ampkit/data/idx.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/scheduler.h"

@@ -218,6 +218,9 @@ Accelerator::Accelerator(AcceleratorOptions options)
   if (r.seed) {
     set_seed(*r.seed);
   }
+  if (auto mismatch = diag::check_torch_version()) {
+    st.options.warnings.push_back(*mismatch);
+  }
   if (is_main_process()) {
     if (!r.quiet) {
       std::cerr << "ampkit: Accelerator settings\n" << r.table();
@@ -406,6 +409,14 @@ PreparedScheduler Accelerator::prepare_scheduler(
 }
 
 void Accelerator::backward(const torch::Tensor& loss) {
+  try {
+    backward_unhinted(loss);
+  } catch (...) {
+    diag::rethrow_with_hint();
+  }
+}
+
+void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   auto& st = *state_;
   const int64_t steps = st.options.gradient_accumulation_steps;
   if (steps > 1 && !st.in_accumulate) {
@@ -630,6 +641,14 @@ void Accelerator::print_line(const std::string& line) const {
 }
 
 void PreparedOptimizer::step() {
+  try {
+    step_unhinted();
+  } catch (...) {
+    diag::rethrow_with_hint();
+  }
+}
+
+void PreparedOptimizer::step_unhinted() {
   auto& st = *state_;
   if (!st.sync_gradients) {
     return;

@@ -565,6 +565,21 @@ TEST(AcceleratorTest, DetectAnomalyLogsEachSkippedStepUnderLossScaling) {
   EXPECT_TRUE(accelerator.optimizer_step_was_skipped());
 }
 
+// The prepared forward is an entry point of the hint layer: LibTorch's own
+// error, its type kept, with the cause and fix appended.
+TEST(AcceleratorTest, ForwardErrorsCarryAnAmpkitHint) {
+  Accelerator accelerator(quiet());
+  auto model = accelerator.prepare(make_net());
+  try {
+    model(torch::randn({2, 6}).to(torch::kBFloat16));
+    ADD_FAILURE() << "a bf16 input to an fp32 model must fail";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("mat1 and mat2 must have the same dtype"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("ampkit hint:"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("accelerator.autocast()"));
+  }
+}
+
 TEST(AcceleratorTest, AnOptimizerIsPreparedOnlyOnce) {
   Accelerator accelerator(quiet());
   Net net = make_net();

@@ -1,5 +1,5 @@
-// The `ampkit` command line. For now one subcommand: `ampkit report RUN_DIR`
-// renders a run directory's metrics as a self-contained HTML file.
+// The `ampkit` command line: `ampkit report RUN_DIR` renders a run directory's
+// metrics as a self-contained HTML file; `ampkit doctor` checks this machine.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -7,6 +7,8 @@
 #include <iostream>
 #include <string>
 
+#include "ampkit/diag/doctor.h"
+#include "ampkit/diag/hints.h"
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
 #include "ampkit/version.h"
@@ -18,6 +20,26 @@ std::string flags(const std::string& kebab) {
   std::string snake = kebab;
   std::replace(snake.begin(), snake.end(), '-', '_');
   return snake == kebab ? "--" + kebab : "--" + kebab + ",--" + snake;
+}
+
+// The one place exceptions become messages: "ampkit <command>: <what>", the
+// component prefix dropped where the command already names it, and the
+// diag layer's hint where LibTorch's message has one.
+void print_error(const std::string& command, const std::exception& e) {
+  std::string message = e.what();
+  if (const auto* error = dynamic_cast<const ampkit::Error*>(&e)) {
+    const std::string prefix = error->component() + ": ";
+    if ((error->component() == "Report" || error->component() == "Doctor") &&
+        message.rfind(prefix, 0) == 0) {
+      message.erase(0, prefix.size());
+    }
+  }
+  std::cerr << "ampkit " << command << ": " << message << '\n';
+  if (message.find(ampkit::diag::kHintPrefix) == std::string::npos) {
+    if (auto hint = ampkit::diag::hint_for(message)) {
+      std::cerr << *hint << '\n';
+    }
+  }
 }
 
 struct ReportArgs {
@@ -32,6 +54,18 @@ int run_report(const ReportArgs& args) {
   ampkit::track::write_report(args.run_dir, output);
   std::cout << output << '\n';
   return 0;
+}
+
+// Exit codes: 0 ready to train, 1 a check failed, 2 the doctor itself failed.
+int run_doctor_command(const ampkit::diag::DoctorOptions& options) {
+  try {
+    const ampkit::diag::DoctorReport report = ampkit::diag::run_doctor(options);
+    std::cout << report.table();
+    return report.blocks_training() ? 1 : 0;
+  } catch (const std::exception& e) {
+    print_error("doctor", e);
+    return 2;
+  }
 }
 
 }  // namespace
@@ -59,22 +93,42 @@ int main(int argc, char** argv) {
       report_args.output,
       "where to write the HTML (default: RUN_DIR/report.html)");
 
+  ampkit::diag::DoctorOptions doctor_options;
+  std::string doctor_config_file;
+  CLI::App* doctor = app.add_subcommand(
+      "doctor",
+      "Check LibTorch, its BLAS and threads, the CPU and GPUs, the config file "
+      "and free disk space; time fp32/bf16/fp16 matmuls and recommend a "
+      "mixed_precision per device. Exits 1 when a check fails.");
+  doctor->add_option(
+      flags("project-dir"),
+      doctor_options.project_dir,
+      "where checkpoints and logs go; its free space is checked (default: .)");
+  doctor->add_option(
+      flags("config-file"),
+      doctor_config_file,
+      "the config file to validate (default: $AMPKIT_CONFIG_FILE, else "
+      "${XDG_CACHE_HOME:-~/.cache}/ampkit/default_config.yaml)");
+  doctor
+      ->add_option(
+          flags("matmul-size"),
+          doctor_options.matmul_size,
+          "n of the timed [n, n] @ [n, n] matmuls (default: 1024)")
+      ->check(CLI::Range(1, 1 << 16));
+
   CLI11_PARSE(app, argc, argv);
+  if (doctor->parsed()) {
+    if (!doctor_config_file.empty()) {
+      doctor_options.config_file = doctor_config_file;
+    }
+    return run_doctor_command(doctor_options);
+  }
   try {
     if (report->parsed()) {
       return run_report(report_args);
     }
-  } catch (const ampkit::Error& e) {
-    // The subcommand already names the component; do not say it twice.
-    std::string message = e.what();
-    const std::string prefix = e.component() + ": ";
-    if (e.component() == "Report" && message.rfind(prefix, 0) == 0) {
-      message.erase(0, prefix.size());
-    }
-    std::cerr << "ampkit report: " << message << '\n';
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "ampkit report: " << e.what() << '\n';
+    print_error("report", e);
     return 1;
   }
   return 0;

@@ -195,6 +195,7 @@ class Accelerator {
   std::shared_ptr<torch::nn::Module> prepare_module(
       std::shared_ptr<torch::nn::Module> module);
   void print_line(const std::string& line) const;
+  void backward_unhinted(const torch::Tensor& loss);
 
   std::shared_ptr<detail::AcceleratorState> state_;
 };

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ampkit/amp/autocast.h"
+#include "ampkit/diag/hints.h"
 #include "ampkit/optim/scheduler.h"
 
 namespace ampkit {
@@ -160,14 +161,19 @@ class PreparedModel : public PreparedModelBase {
 
   template <typename... Args>
   auto operator()(Args&&... args) {
-    const AutocastOptions* autocast = detail::forward_autocast(*state_);
-    if (autocast == nullptr) {
-      return model_->forward(std::forward<Args>(args)...);
+    // LibTorch's errors leave with an `ampkit hint:` where one applies.
+    try {
+      const AutocastOptions* autocast = detail::forward_autocast(*state_);
+      if (autocast == nullptr) {
+        return model_->forward(std::forward<Args>(args)...);
+      }
+      Autocast guard(*autocast);
+      detail::note_forward(*state_);
+      return detail::convert_to_fp32(
+          model_->forward(std::forward<Args>(args)...));
+    } catch (...) {
+      diag::rethrow_with_hint();
     }
-    Autocast guard(*autocast);
-    detail::note_forward(*state_);
-    return detail::convert_to_fp32(
-        model_->forward(std::forward<Args>(args)...));
   }
   auto operator->() {
     return &*model_;
@@ -214,6 +220,8 @@ class PreparedOptimizer {
       size_t index,
       std::shared_ptr<detail::AcceleratorState> state)
       : optimizer_(&optimizer), index_(index), state_(std::move(state)) {}
+
+  void step_unhinted();
 
   torch::optim::Optimizer* optimizer_;
   size_t index_;
