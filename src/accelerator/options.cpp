@@ -88,38 +88,53 @@ std::string env_source(const std::string& name) {
   return "env " + name;
 }
 
+// The one precedence rule: explicit > the first of the environment
+// variables that is set (parsed by `parse`) > the config file > fallback.
+template <typename T, typename Parse>
+Picked<T> pick(
+    const std::optional<T>& explicit_value,
+    const EnvLookup& env,
+    std::initializer_list<const char*> env_names,
+    Parse parse,
+    const std::optional<T>& config_value,
+    const std::string& config_origin,
+    T fallback) {
+  if (explicit_value) {
+    return {*explicit_value, "explicit"};
+  }
+  if (auto e = first_set(env, env_names)) {
+    return {parse(e->first, e->second), env_source(e->first)};
+  }
+  if (config_value) {
+    return {*config_value, config_origin};
+  }
+  return {fallback, "default"};
+}
+
 Picked<Precision> pick_precision(
     const AcceleratorOptions& options,
     const EnvLookup& env) {
-  if (options.mixed_precision()) {
-    return {*options.mixed_precision(), "explicit"};
-  }
-  if (auto e = first_set(
-          env, {kEnvMixedPrecision, kEnvAccelerateMixedPrecision})) {
-    return {env_precision(e->first, e->second), env_source(e->first)};
-  }
-  if (options.config().mixed_precision) {
-    return {*options.config().mixed_precision, options.config().origin};
-  }
-  return {Precision::no, "default"};
+  return pick(
+      options.mixed_precision(),
+      env,
+      {kEnvMixedPrecision, kEnvAccelerateMixedPrecision},
+      env_precision,
+      options.config().mixed_precision,
+      options.config().origin,
+      Precision::no);
 }
 
 Picked<int64_t> pick_accumulation(
     const AcceleratorOptions& options,
     const EnvLookup& env) {
-  Picked<int64_t> picked{1, "default"};
-  if (options.gradient_accumulation_steps()) {
-    picked = {*options.gradient_accumulation_steps(), "explicit"};
-  } else if (auto e = first_set(
-                 env,
-                 {kEnvGradientAccumulationSteps,
-                  kEnvAccelerateGradientAccumulationSteps})) {
-    picked = {env_integer(e->first, e->second), env_source(e->first)};
-  } else if (options.config().gradient_accumulation_steps) {
-    picked = {
-        *options.config().gradient_accumulation_steps,
-        options.config().origin};
-  }
+  const Picked<int64_t> picked = pick(
+      options.gradient_accumulation_steps(),
+      env,
+      {kEnvGradientAccumulationSteps, kEnvAccelerateGradientAccumulationSteps},
+      env_integer,
+      options.config().gradient_accumulation_steps,
+      options.config().origin,
+      int64_t{1});
   if (picked.value < 1) {
     throw InvalidArgument(
         kComponent,
@@ -131,16 +146,14 @@ Picked<int64_t> pick_accumulation(
 }
 
 Picked<bool> pick_cpu(const AcceleratorOptions& options, const EnvLookup& env) {
-  if (options.cpu()) {
-    return {*options.cpu(), "explicit"};
-  }
-  if (auto e = first_set(env, {kEnvUseCpu, kEnvAccelerateUseCpu})) {
-    return {env_bool(e->first, e->second), env_source(e->first)};
-  }
-  if (options.config().use_cpu) {
-    return {*options.config().use_cpu, options.config().origin};
-  }
-  return {false, "default"};
+  return pick(
+      options.cpu(),
+      env,
+      {kEnvUseCpu, kEnvAccelerateUseCpu},
+      env_bool,
+      options.config().use_cpu,
+      options.config().origin,
+      false);
 }
 
 std::string format_double(double value) {
@@ -232,16 +245,16 @@ ResolvedAcceleratorOptions resolve_options(
   r.autocast_cache_enabled = options.autocast_cache_enabled();
   r.fused_optimizer_step = options.fused_optimizer_step();
   r.detect_anomaly = options.detect_anomaly();
-  std::string log_with_source = "default";
-  std::string log_with;
-  if (options.log_with()) {
-    log_with = *options.log_with();
-    log_with_source = "explicit";
-  } else if (options.config().log_with) {
-    log_with = *options.config().log_with;
-    log_with_source = options.config().origin;
-  }
-  r.log_with = track::parse_log_with(log_with);
+  // No launcher sets log_with, so no environment variable takes part.
+  const Picked<std::string> log_with = pick(
+      options.log_with(),
+      env,
+      {},
+      [](const std::string&, const std::string& value) { return value; },
+      options.config().log_with,
+      options.config().origin,
+      std::string());
+  r.log_with = track::parse_log_with(log_with.value);
   r.auto_log = options.auto_log();
   r.log_every_n_steps = options.log_every_n_steps();
   if (r.log_every_n_steps < 1) {
@@ -278,7 +291,7 @@ ResolvedAcceleratorOptions resolve_options(
   for (const auto& t : r.log_with) {
     trackers += (trackers.empty() ? "" : ",") + t;
   }
-  add("log_with", trackers.empty() ? "none" : trackers, log_with_source);
+  add("log_with", trackers.empty() ? "none" : trackers, log_with.source);
   add("auto_log",
       r.auto_log ? "every " + std::to_string(r.log_every_n_steps) + " steps"
                  : "off",

@@ -10,6 +10,7 @@
 
 #include "ampkit/error.h"
 #include "track/crc32c.h"
+#include "track/run_dir.h"
 #include "track/protobuf.h"
 
 namespace ampkit::track {
@@ -60,19 +61,6 @@ std::string host_name() {
     return "localhost";
   }
   return name;
-}
-
-std::filesystem::path make_dir(const std::string& run_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir, ec);
-  if (ec || !std::filesystem::is_directory(run_dir)) {
-    throw IoError(
-        kComponent,
-        "cannot create the run directory, got " + run_dir + " (" +
-            (ec ? ec.message() : "a file of that name exists") +
-            "). Choose another project_dir or remove the file.");
-  }
-  return run_dir;
 }
 
 // A fresh name, so that two writers started in the same second never write
@@ -127,7 +115,7 @@ std::string markdown_cell(const std::string& text) {
 }  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const std::string& run_dir) {
-  const auto path = event_file_path(make_dir(run_dir));
+  const auto path = event_file_path(ampkit::detail::make_run_dir(kComponent, run_dir));
   path_ = path.string();
   out_.open(path, std::ios::binary | std::ios::trunc);
   if (!out_) {

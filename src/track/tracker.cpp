@@ -12,6 +12,26 @@
 
 #include "ampkit/error.h"
 #include "ampkit/track/tensorboard.h"
+#include "track/run_dir.h"
+
+namespace ampkit::detail {
+
+std::filesystem::path make_run_dir(
+    const char* component,
+    const std::string& run_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec || !std::filesystem::is_directory(run_dir)) {
+    throw IoError(
+        component,
+        "cannot create the run directory " + run_dir + ": " +
+            (ec ? ec.message() : "a file of that name exists") +
+            ". Choose another project_dir or remove the file.");
+  }
+  return run_dir;
+}
+
+}  // namespace ampkit::detail
 
 namespace ampkit::track {
 
@@ -43,16 +63,7 @@ void check_written(std::ofstream& out, const std::filesystem::path& path) {
 }
 
 std::filesystem::path make_run_dir(const std::string& run_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir, ec);
-  if (ec || !std::filesystem::is_directory(run_dir)) {
-    throw IoError(
-        kComponent,
-        "cannot create the run directory " + run_dir + ": " +
-            (ec ? ec.message() : "a file of that name exists") +
-            ". Choose another project_dir.");
-  }
-  return run_dir;
+  return ampkit::detail::make_run_dir(kComponent, run_dir);
 }
 
 // JSON has no inf/NaN; they are written as null so that a line stays valid.
@@ -60,22 +71,10 @@ nlohmann::json number(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
-class JsonlTracker : public Tracker {
+// A tracker that appends text records to one file in the run directory:
+// what JSONL and CSV share (opening, write checks, finishing).
+class FileTracker : public Tracker {
  public:
-  explicit JsonlTracker(const std::filesystem::path& dir)
-      : path_(dir / kJsonlFile), out_(open_for_append(path_)) {}
-  std::string name() const override {
-    return "jsonl";
-  }
-  void log(const Metrics& metrics, int64_t step, double wall_time) override {
-    check_open(finished_, path_);
-    nlohmann::json line = {{"step", step}, {"wall_time", wall_time}};
-    for (const auto& [key, value] : metrics) {
-      line[key] = number(value);
-    }
-    out_ << line.dump() << '\n';
-    check_written(out_, path_);
-  }
   void finish() override {
     if (!finished_) {
       check_written(out_, path_);
@@ -84,25 +83,49 @@ class JsonlTracker : public Tracker {
     }
   }
 
-  static void check_open(bool finished, const std::filesystem::path& path) {
-    if (finished) {
+ protected:
+  explicit FileTracker(std::filesystem::path path) : path_(std::move(path)) {}
+  /// Appends `text` and checks that it reached the file.
+  void write(const std::string& text) {
+    if (finished_) {
       throw UsageError(
           kComponent,
-          "log after finish on " + path.string() +
+          "log after finish on " + path_.string() +
               ". Call end_training() once, after the last log().");
     }
+    out_ << text;
+    check_written(out_, path_);
   }
 
- private:
   std::filesystem::path path_;
   std::ofstream out_;
+
+ private:
   bool finished_ = false;
 };
 
-class CsvTracker : public Tracker {
+class JsonlTracker : public FileTracker {
+ public:
+  explicit JsonlTracker(const std::filesystem::path& dir)
+      : FileTracker(dir / kJsonlFile) {
+    out_ = open_for_append(path_);
+  }
+  std::string name() const override {
+    return "jsonl";
+  }
+  void log(const Metrics& metrics, int64_t step, double wall_time) override {
+    nlohmann::json line = {{"step", step}, {"wall_time", wall_time}};
+    for (const auto& [key, value] : metrics) {
+      line[key] = number(value);
+    }
+    write(line.dump() + "\n");
+  }
+};
+
+class CsvTracker : public FileTracker {
  public:
   explicit CsvTracker(const std::filesystem::path& dir)
-      : path_(dir / kCsvFile) {
+      : FileTracker(dir / kCsvFile) {
     const bool fresh = !std::filesystem::exists(path_) ||
                        std::filesystem::file_size(path_) == 0;
     out_ = open_for_append(path_);
@@ -114,22 +137,13 @@ class CsvTracker : public Tracker {
     return "csv";
   }
   void log(const Metrics& metrics, int64_t step, double wall_time) override {
-    JsonlTracker::check_open(finished_, path_);
     std::ostringstream rows;
     rows.precision(17);
     for (const auto& [key, value] : metrics) {
       rows << step << ',' << wall_time << ',' << csv_field(key) << ','
            << value << '\n';
     }
-    out_ << rows.str();
-    check_written(out_, path_);
-  }
-  void finish() override {
-    if (!finished_) {
-      check_written(out_, path_);
-      out_.close();
-      finished_ = true;
-    }
+    write(rows.str());
   }
 
  private:
@@ -143,13 +157,10 @@ class CsvTracker : public Tracker {
     }
     return quoted + "\"";
   }
-
-  std::filesystem::path path_;
-  std::ofstream out_;
-  bool finished_ = false;
 };
 
 }  // namespace
+
 
 std::vector<std::string> parse_log_with(const std::string& log_with) {
   const std::vector<std::string> all = {"jsonl", "csv", "tensorboard"};
@@ -194,8 +205,8 @@ std::unique_ptr<Tracker> make_tracker(
     const std::string& name,
     const std::string& run_dir,
     const RunConfig& config) {
-  const auto dir = make_run_dir(run_dir);
-  write_run_config(run_dir, config);
+  write_run_config(run_dir, config);  // creates run_dir
+  const std::filesystem::path dir(run_dir);
   if (name == "jsonl") {
     return std::make_unique<JsonlTracker>(dir);
   }
