@@ -10,7 +10,6 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ampkit/config/config.h"
 #include "ampkit/error.h"
 #include "diag/cuda_doctor.h"
 
@@ -30,39 +30,6 @@ namespace ampkit::diag {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// The config file to use instead of the default location (DESIGN.md).
-constexpr const char* kEnvConfigFile = "AMPKIT_CONFIG_FILE";
-/// Base of the default location, ~/.cache when unset (XDG base directories).
-constexpr const char* kEnvXdgCacheHome = "XDG_CACHE_HOME";
-
-/// accelerate's default_config.yaml keys; others are typos or newer features.
-const std::vector<std::string> kConfigKeys = {
-    "compute_environment",
-    "distributed_type",
-    "mixed_precision",
-    "num_processes",
-    "num_machines",
-    "machine_rank",
-    "main_process_ip",
-    "main_process_port",
-    "use_cpu",
-    "gpu_ids",
-    "debug",
-    "same_network",
-    "rdzv_backend",
-    "gradient_accumulation_steps",
-    "downcast_bf16",
-    "enable_cpu_affinity",
-    "main_training_function",
-    "tpu_env",
-    "tpu_use_cluster",
-    "tpu_use_sudo",
-    "log_with",
-    "dynamo_config",
-    "fsdp_config",
-    "deepspeed_config",
-    "megatron_lm_config"};
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// Below this much free space a checkpoint is likely not to fit.
@@ -450,21 +417,7 @@ void add_cuda_checks(
 }
 
 std::string default_config_file() {
-  if (const char* env = std::getenv(kEnvConfigFile); env && *env) {
-    return env;
-  }
-  fs::path cache;
-  if (const char* xdg = std::getenv(kEnvXdgCacheHome); xdg && *xdg) {
-    cache = xdg;
-  } else {
-    const char* home = std::getenv("HOME");
-    cache = fs::path(home ? home : ".") / ".cache";
-  }
-  return (cache / "ampkit" / "default_config.yaml").string();
-}
-
-std::string at_line(const std::string& path, const YAML::Mark& mark) {
-  return mark.is_null() ? path : path + ":" + std::to_string(mark.line + 1);
+  return config::default_config_path();
 }
 
 CheckResult check_config(const std::optional<std::string>& given) {
@@ -479,79 +432,42 @@ CheckResult check_config(const std::optional<std::string>& given) {
                      default_config_file() + ".";
     } else {
       check.value = "none (defaults)";
-      check.detail = "looked for " + path + " ($" + kEnvConfigFile +
-                     ", else ${XDG_CACHE_HOME:-~/.cache}/ampkit/"
-                     "default_config.yaml).";
+      check.detail = "looked for " + path +
+                     " ($AMPKIT_CONFIG_FILE, else ${XDG_CACHE_HOME:-~/.cache}/"
+                     "ampkit/default_config.yaml).";
     }
     return check;
   }
-  YAML::Node root;
   try {
-    if (!fs::is_regular_file(path, ec)) {
-      throw YAML::BadFile(path);
+    config::load_config(path);
+    check.value = path;
+  } catch (const config::ConfigError& e) {
+    const std::string message = e.what();
+    const std::string prefix = e.component() + ": ";
+    if (e.unknown_key()) {
+      // Values were all checked first: an unknown key is the only problem.
+      check.status = CheckStatus::warn;
+      check.value = path + ": unknown key " + e.key() + " (line " +
+                    std::to_string(e.line()) + ")";
+      check.detail =
+          "ampkit's config loader refuses the file until it is fixed or "
+          "removed; known keys: " +
+          join(config::known_keys(), ", ") + ".";
+    } else {
+      check.status = CheckStatus::fail;
+      check.value = message.rfind(prefix, 0) == 0
+          ? message.substr(prefix.size())
+          : message;
+      check.detail =
+          "fix the value, or write a new file with `ampkit config`.";
     }
-    root = YAML::LoadFile(path);
-  } catch (const YAML::ParserException& e) {
+  } catch (const IoError& e) {
+    const std::string message = e.what();
+    const std::string prefix = e.component() + ": ";
     check.status = CheckStatus::fail;
-    check.value = at_line(path, e.mark) + ": YAML syntax error: " + e.msg;
-    check.detail = "fix the file, or write a new one with `accelerate config`.";
-    return check;
-  } catch (const YAML::Exception& e) {
-    check.status = CheckStatus::fail;
-    check.value = path + ": cannot be read";
-    check.detail =
-        std::string(e.what()) + "; check that it is a readable file.";
-    return check;
-  }
-  if (root.IsNull()) {
-    check.value = path + " (empty: defaults)";
-    return check;
-  }
-  if (!root.IsMap()) {
-    check.status = CheckStatus::fail;
-    check.value = at_line(path, root.Mark()) +
-                  ": must be a mapping of accelerate's keys, got a " +
-                  (root.IsSequence() ? "sequence" : "scalar");
-    check.detail = "write `key: value` lines, e.g. `mixed_precision: bf16`.";
-    return check;
-  }
-  std::vector<std::string> unknown;
-  std::vector<std::string> problems;
-  for (const auto& entry : root) {
-    const std::string key =
-        entry.first.IsScalar() ? entry.first.Scalar() : "<not a scalar>";
-    if (std::find(kConfigKeys.begin(), kConfigKeys.end(), key) ==
-        kConfigKeys.end()) {
-      unknown.push_back(
-          key + " (line " + std::to_string(entry.first.Mark().line + 1) + ")");
-      continue;
-    }
-    if (key == "mixed_precision") {
-      const YAML::Node& value = entry.second;
-      const std::string where = at_line(path, value.Mark());
-      if (!value.IsScalar()) {
-        problems.push_back(where + ": mixed_precision must be a scalar");
-        continue;
-      }
-      try {
-        parse_precision(value.Scalar());
-      } catch (const InvalidArgument& e) {
-        problems.push_back(where + ": " + e.what());
-      }
-    }
-  }
-  if (!problems.empty()) {
-    check.status = CheckStatus::fail;
-    check.value = join(problems, "; ");
-    check.detail = "set mixed_precision to one of no, fp16, bf16, auto.";
-    return check;
-  }
-  check.value = path;
-  if (!unknown.empty()) {
-    check.status = CheckStatus::warn;
-    check.value += ": unknown keys " + join(unknown, ", ");
-    check.detail =
-        "they are ignored; known keys: " + join(kConfigKeys, ", ") + ".";
+    check.value =
+        message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+    check.detail = "fix the file, or write a new one with `ampkit config`.";
   }
   return check;
 }
@@ -730,6 +646,28 @@ DoctorReport run_doctor(const DoctorOptions& options) {
   checks.push_back(check_config(options.config_file));
   checks.push_back(check_disk(options.project_dir));
   return report;
+}
+
+BlasInUse blas_in_use() {
+  const BlasFound blas = find_blas();
+  return {blas.kind, blas.path};
+}
+
+CudaVersions cuda_versions() {
+  const detail::CudaInfo info = detail::cuda_info();
+  CudaVersions versions;
+  versions.compiled = info.compiled;
+  if (info.runtime_version > 0) {
+    versions.runtime = cuda_version_string(info.runtime_version);
+  }
+  if (info.driver_version > 0) {
+    versions.driver = cuda_version_string(info.driver_version);
+  }
+  if (info.nccl_version) {
+    versions.nccl = nccl_version_string(*info.nccl_version);
+  }
+  versions.error = info.error;
+  return versions;
 }
 
 }  // namespace ampkit::diag

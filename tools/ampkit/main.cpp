@@ -1,12 +1,21 @@
 // The `ampkit` command line: `ampkit report RUN_DIR` renders a run directory's
-// metrics as a self-contained HTML file; `ampkit doctor` checks this machine.
+// metrics as a self-contained HTML file; `ampkit doctor` checks this machine;
+// `ampkit config` writes the config file; `ampkit env` prints a bug report.
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+#include <sys/utsname.h>
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <thread>
 
+#include "ampkit/amp/capability.h"
+#include "ampkit/config/config.h"
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/error.h"
@@ -29,7 +38,9 @@ void print_error(const std::string& command, const std::exception& e) {
   std::string message = e.what();
   if (const auto* error = dynamic_cast<const ampkit::Error*>(&e)) {
     const std::string prefix = error->component() + ": ";
-    if ((error->component() == "Report" || error->component() == "Doctor") &&
+    if ((error->component() == "Report" || error->component() == "Doctor" ||
+         error->component() == "Config" ||
+         error->component() == "ampkit " + command) &&
         message.rfind(prefix, 0) == 0) {
       message.erase(0, prefix.size());
     }
@@ -66,6 +77,158 @@ int run_doctor_command(const ampkit::diag::DoctorOptions& options) {
     print_error("doctor", e);
     return 2;
   }
+}
+
+struct ConfigArgs {
+  std::string config_file;  // "" = config::default_config_path()
+  std::string mixed_precision = "no";
+
+  std::string path() const {
+    return config_file.empty() ? ampkit::config::default_config_path()
+                               : config_file;
+  }
+};
+
+// `ampkit config`: the questionnaire, saved where asked.
+int run_config(const ConfigArgs& args) {
+  const ampkit::config::LaunchConfig config =
+      ampkit::config::run_questionnaire(std::cin, std::cout);
+  const std::string path = args.path();
+  ampkit::config::save_config(config, path);
+  std::cout << "ampkit configuration saved at " << path << '\n';
+  return 0;
+}
+
+// `ampkit config default`: one process on this machine, never over a file.
+int run_config_default(const ConfigArgs& args) {
+  const std::string path = args.path();
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    std::cerr << "ampkit config default: " << path
+              << " already exists and was left unchanged. Edit it, run "
+                 "`ampkit config` to answer the questions again, or pass "
+                 "--config_file with a new path.\n";
+    return 1;
+  }
+  ampkit::config::LaunchConfig config;
+  config.mixed_precision = ampkit::parse_precision(args.mixed_precision);
+  config.distributed_type = "NO";
+  config.num_processes = 1;
+  config.use_cpu = !ampkit::Capabilities::current().cuda_available;
+  ampkit::config::save_config(config, path);
+  std::cout << "ampkit configuration saved at " << path << '\n';
+  return 0;
+}
+
+// `ampkit config update`: an older file rewritten with the current keys.
+int run_config_update(const ConfigArgs& args) {
+  const std::string path = args.path();
+  const ampkit::config::LaunchConfig config =
+      ampkit::config::load_config(path);
+  ampkit::config::save_config(config, path);
+  std::cout << "ampkit configuration updated at " << path << '\n';
+  return 0;
+}
+
+// The value of `key` in a "key : value" or "KEY=value" file; "" when absent.
+std::string file_value(
+    const std::string& path, const std::string& key, char separator) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.find(separator);
+    if (at == std::string::npos) {
+      continue;
+    }
+    std::string name = line.substr(0, at);
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (name != key) {
+      continue;
+    }
+    std::string value = line.substr(at + 1);
+    value.erase(0, value.find_first_not_of(" \t\""));
+    value.erase(value.find_last_not_of(" \t\"") + 1);
+    return value;
+  }
+  return "";
+}
+
+// `ampkit env`: what a bug report needs, one "name: value" line each.
+int run_env(const ConfigArgs& args) {
+  const ampkit::Capabilities caps = ampkit::Capabilities::current();
+  const ampkit::diag::CudaVersions cuda = ampkit::diag::cuda_versions();
+  std::ostringstream out;
+  out << "ampkit version: " << AMPKIT_VERSION << '\n';
+  out << "LibTorch version: " << ampkit::diag::running_torch_version()
+      << " (built against " << ampkit::diag::built_torch_version() << ", "
+      << (cuda.compiled ? "with" : "without") << " CUDA)\n";
+#if defined(__GNUC__) && !defined(__clang__)
+  out << "compiler: GCC " << __VERSION__ << '\n';
+#else
+  out << "compiler: " << __VERSION__ << '\n';
+#endif
+  struct utsname host {};
+  const std::string kernel = ::uname(&host) == 0 ? host.release : "unknown";
+  const std::string os = file_value("/etc/os-release", "PRETTY_NAME", '=');
+  out << "OS: " << (os.empty() ? "unknown" : os) << ", kernel " << kernel
+      << '\n';
+  const std::string cpu = file_value("/proc/cpuinfo", "model name", ':');
+  const unsigned cores = std::thread::hardware_concurrency();
+  out << "CPU: " << (cpu.empty() ? "unknown" : cpu) << ", " << cores
+      << " core(s)\n";
+  std::istringstream described(ampkit::describe(caps));
+  for (std::string line; std::getline(described, line);) {
+    out << "  " << line << '\n';
+  }
+  const std::string memory = file_value("/proc/meminfo", "MemTotal", ':');
+  out << "memory: " << (memory.empty() ? "unknown" : memory) << '\n';
+  if (caps.cuda_devices.empty()) {
+    out << "GPUs: none\n";
+  }
+  for (const auto& gpu : caps.cuda_devices) {
+    out << "GPU cuda:" << gpu.index << ": " << gpu.name
+        << ", compute capability " << gpu.major << "." << gpu.minor << '\n';
+  }
+  if (cuda.compiled) {
+    out << "CUDA runtime: " << (cuda.runtime.empty() ? "unknown" : cuda.runtime)
+        << ", driver: " << (cuda.driver.empty() ? "none" : cuda.driver)
+        << ", NCCL: " << (cuda.nccl.empty() ? "unknown" : cuda.nccl) << '\n';
+    if (!cuda.error.empty()) {
+      out << "CUDA error: " << cuda.error << '\n';
+    }
+  }
+  const ampkit::diag::BlasInUse blas = ampkit::diag::blas_in_use();
+  out << "BLAS: "
+      << (blas.kind.empty() ? "not identified" : blas.kind + " (" + blas.path + ")")
+      << '\n';
+  if (blas.kind == "reference BLAS") {
+    out << "  warning: the unoptimised reference BLAS (12x slower fp32 "
+           "matmul): install libopenblas0-openmp.\n";
+  }
+  const int threads = at::get_num_threads();
+  out << "intra-op threads: " << threads << " of " << cores << " core(s)\n";
+  if (cores > 0 && static_cast<unsigned>(threads) < cores) {
+    out << "  warning: fewer threads than cores: call torch::set_num_threads("
+        << cores << ") or set OMP_NUM_THREADS=" << cores << ".\n";
+  }
+  const std::string path = args.path();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    out << "config: none (looked for " << path << ")\n";
+  } else {
+    out << "config: " << path << '\n';
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      out << "  " << line << '\n';
+    }
+    try {
+      ampkit::config::load_config(path);
+    } catch (const std::exception& e) {
+      out << "  warning: " << e.what() << '\n';
+    }
+  }
+  std::cout << out.str();
+  return 0;
 }
 
 }  // namespace
@@ -116,7 +279,73 @@ int main(int argc, char** argv) {
           "n of the timed [n, n] @ [n, n] matmuls (default: 1024)")
       ->check(CLI::Range(1, 1 << 16));
 
+  ConfigArgs config_args;
+  ConfigArgs config_sub_args;
+  CLI::App* config = app.add_subcommand(
+      "config",
+      "Write the config file (accelerate's default_config.yaml keys) by "
+      "answering accelerate config's questions, one answer per line (answers "
+      "can be piped); or `default` / `update` it.");
+  config->require_subcommand(0, 1);
+  const std::string config_file_help =
+      "the config file (default: $AMPKIT_CONFIG_FILE, else "
+      "${XDG_CACHE_HOME:-~/.cache}/ampkit/default_config.yaml)";
+  config->add_option(
+      flags("config-file"), config_args.config_file, config_file_help);
+  CLI::App* config_default = config->add_subcommand(
+      "default",
+      "Write a config for one process on this machine (use_cpu when there is "
+      "no CUDA GPU). Never overwrites: exits 1 when the file exists.");
+  config_default->add_option(
+      flags("config-file"), config_sub_args.config_file, config_file_help);
+  config_default
+      ->add_option(
+          flags("mixed-precision"),
+          config_sub_args.mixed_precision,
+          "no, fp16, bf16 or auto (default: no)")
+      ->check(CLI::IsMember({"no", "fp16", "bf16", "auto"}));
+  CLI::App* config_update = config->add_subcommand(
+      "update",
+      "Rewrite an existing config file with the current keys (older "
+      "accelerate names such as fp16: true converted), keeping the keys "
+      "ampkit does not act on.");
+  config_update->add_option(
+      flags("config-file"), config_sub_args.config_file, config_file_help);
+
+  ConfigArgs env_args;
+  CLI::App* env = app.add_subcommand(
+      "env",
+      "Print what a bug report needs: ampkit, LibTorch, compiler, OS, CPU and "
+      "its reduced-precision support, memory, GPUs, CUDA/NCCL, BLAS, threads "
+      "and the config file in effect.");
+  env->add_option(flags("config-file"), env_args.config_file, config_file_help);
+
   CLI11_PARSE(app, argc, argv);
+  if (config->parsed()) {
+    if (config_sub_args.config_file.empty()) {
+      config_sub_args.config_file = config_args.config_file;
+    }
+    try {
+      if (config_default->parsed()) {
+        return run_config_default(config_sub_args);
+      }
+      if (config_update->parsed()) {
+        return run_config_update(config_sub_args);
+      }
+      return run_config(config_args);
+    } catch (const std::exception& e) {
+      print_error("config", e);
+      return 1;
+    }
+  }
+  if (env->parsed()) {
+    try {
+      return run_env(env_args);
+    } catch (const std::exception& e) {
+      print_error("env", e);
+      return 1;
+    }
+  }
   if (doctor->parsed()) {
     if (!doctor_config_file.empty()) {
       doctor_options.config_file = doctor_config_file;

@@ -14,6 +14,7 @@
 #include "ampkit/amp/capability.h"
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/amp/precision.h"
+#include "ampkit/config/config.h"
 
 namespace ampkit {
 
@@ -34,19 +35,6 @@ constexpr const char* kEnvAccelerateGradientAccumulationSteps =
 constexpr const char* kEnvUseCpu = "AMPKIT_USE_CPU";
 /// accelerate launch's name for the same setting.
 constexpr const char* kEnvAccelerateUseCpu = "ACCELERATE_USE_CPU";
-
-/// Values from a config file (accelerate's default_config.yaml keys). The
-/// command-line layer fills it from the file; each value it holds ranks
-/// below an explicit option and the environment, above the default.
-struct ConfigValues {
-  /// Shown as the source of its values, e.g. the file's path.
-  std::string origin = "config";
-  std::optional<Precision> mixed_precision;
-  std::optional<int64_t> gradient_accumulation_steps;
-  std::optional<bool> use_cpu;
-  /// accelerate's log_with: trackers, e.g. "jsonl,tensorboard" or "all".
-  std::optional<std::string> log_with;
-};
 
 /// What a training run asks for. Every field left unset is taken, in this
 /// order, from the environment a launcher set, the config file, or the

@@ -91,4 +91,25 @@ struct DoctorReport {
 /// (ampkit::InvalidArgument).
 DoctorReport run_doctor(const DoctorOptions& options = {});
 
+/// The BLAS LibTorch's CPU matmuls go to, as the doctor's blas check finds
+/// it (the libraries mapped into this process, else at::show_config()).
+struct BlasInUse {
+  /// "MKL", "OpenBLAS", "BLIS", "FlexiBLAS", "ATLAS", "reference BLAS", or
+  /// "" when none was identified.
+  std::string kind;
+  std::string path;  ///< the library's real path, or where the name came from
+};
+BlasInUse blas_in_use();
+
+/// The CUDA stack as the doctor's cuda and nccl checks see it; versions as
+/// "12.1" text, "" where unknown.
+struct CudaVersions {
+  bool compiled = false;  ///< this LibTorch was built with CUDA
+  std::string runtime;
+  std::string driver;  ///< "" when no driver is installed
+  std::string nccl;
+  std::string error;  ///< the first CUDA error met, "" when none
+};
+CudaVersions cuda_versions();
+
 }  // namespace ampkit::diag

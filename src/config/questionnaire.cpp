@@ -1,0 +1,345 @@
+// `ampkit config`'s interactive questionnaire: accelerate config's questions,
+// in its order, for the settings ampkit acts on; one answer per line so that
+// answers can be piped.
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <istream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ampkit/config/config.h"
+#include "ampkit/error.h"
+
+namespace ampkit::config {
+
+namespace {
+
+constexpr const char* kComponent = "ampkit config";
+constexpr int64_t kDefaultPort = 29500;
+
+std::string trim(std::string_view text) {
+  const auto is_space = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!text.empty() && is_space(text.front())) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && is_space(text.back())) {
+    text.remove_suffix(1);
+  }
+  return std::string(text);
+}
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return text;
+}
+
+std::optional<int64_t> parse_int(const std::string& text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<bool> parse_bool(const std::string& text) {
+  const std::string value = lower(text);
+  if (value == "yes" || value == "y" || value == "true") {
+    return true;
+  }
+  if (value == "no" || value == "n" || value == "false") {
+    return false;
+  }
+  return std::nullopt;
+}
+
+/// One menu entry: what is shown and the other spellings accepted for it
+/// (accelerate's enum names, so that a YAML value can be typed back).
+struct Option {
+  std::string label;
+  std::vector<std::string> aliases;
+};
+
+class Questionnaire {
+ public:
+  Questionnaire(std::istream& in, std::ostream& out) : in_(in), out_(out) {}
+
+  /// Asks `question` until `parse` accepts the answer. The prompt shows
+  /// `default_text` in brackets, and an empty answer is parsed as it; with
+  /// no default an empty answer is parsed as "" (and so usually refused).
+  /// `body` is printed between the question and the prompt (a menu).
+  template <typename Parse>
+  auto ask(
+      const std::string& question,
+      const std::string& default_text,
+      const std::string& invalid,
+      Parse parse,
+      const std::string& body = "") {
+    for (;;) {
+      out_ << question;
+      if (!body.empty()) {
+        out_ << '\n' << body;
+      }
+      if (!default_text.empty()) {
+        out_ << " [" << default_text << "]";
+      }
+      out_ << ": " << std::flush;
+      std::string line;
+      if (!std::getline(in_, line)) {
+        out_ << '\n';
+        throw UsageError(
+            kComponent,
+            "input ended before the question \"" + question +
+                "\" was answered, got end of input. Answers can be piped "
+                "one per line (an empty line takes the default in brackets), "
+                "e.g. printf '0\\n0\\n\\n\\n' | ampkit config");
+      }
+      std::string answer = trim(line);
+      if (answer.empty()) {
+        answer = default_text;
+      }
+      if (auto value = parse(answer)) {
+        return *value;
+      }
+      out_ << invalid << '\n';
+    }
+  }
+
+  /// A numbered menu answered by number (from 0, as accelerate numbers
+  /// them) or by name in any case; the first option is the default.
+  /// Returns the option's index.
+  size_t ask_menu(
+      const std::string& question,
+      const std::vector<Option>& options,
+      const std::string& note = "") {
+    std::string body;
+    std::string names;
+    for (size_t i = 0; i < options.size(); ++i) {
+      body += "  " + std::to_string(i) + ") " + options[i].label + "\n";
+      names += (i == 0 ? "" : ", ") + options[i].label;
+    }
+    if (!note.empty()) {
+      body += note + "\n";
+    }
+    body += "Enter a number or a name";
+    std::string invalid =
+        "Valid values: " + names + ", or " +
+        (options.size() == 1
+             ? std::string("its number 0")
+             : "their numbers 0 to " + std::to_string(options.size() - 1)) +
+        ".";
+    if (!note.empty()) {
+      invalid += " " + note;
+    }
+    return ask(
+        question,
+        options.front().label,
+        invalid,
+        [&](const std::string& answer) -> std::optional<size_t> {
+          if (const auto index = parse_int(answer)) {
+            if (*index >= 0 && *index < static_cast<int64_t>(options.size())) {
+              return static_cast<size_t>(*index);
+            }
+            return std::nullopt;
+          }
+          const std::string wanted = lower(answer);
+          for (size_t i = 0; i < options.size(); ++i) {
+            if (lower(options[i].label) == wanted) {
+              return i;
+            }
+            for (const auto& alias : options[i].aliases) {
+              if (lower(alias) == wanted) {
+                return i;
+              }
+            }
+          }
+          return std::nullopt;
+        },
+        body);
+  }
+
+  int64_t ask_int(
+      const std::string& question,
+      int64_t default_value,
+      int64_t min,
+      int64_t max = INT64_MAX,
+      const std::string& why = "") {
+    std::string invalid =
+        max == INT64_MAX
+            ? "Please enter an integer >= " + std::to_string(min)
+            : "Please enter an integer from " + std::to_string(min) + " to " +
+                  std::to_string(max);
+    invalid += why.empty() ? "." : " (" + why + ").";
+    return ask(
+        question,
+        std::to_string(default_value),
+        invalid,
+        [&](const std::string& answer) -> std::optional<int64_t> {
+          const auto value = parse_int(answer);
+          if (value && *value >= min && *value <= max) {
+            return value;
+          }
+          return std::nullopt;
+        });
+  }
+
+  bool ask_bool(const std::string& question, bool default_value) {
+    return ask(
+        question,
+        default_value ? "yes" : "no",
+        "Please enter yes or no (y, n, true and false also work).",
+        parse_bool);
+  }
+
+ private:
+  std::istream& in_;
+  std::ostream& out_;
+};
+
+/// "all", or GPU ids separated by commas ("0,1"), spaces dropped.
+std::optional<std::string> parse_gpu_ids(const std::string& answer) {
+  if (lower(answer) == "all") {
+    return std::string("all");
+  }
+  std::string ids;
+  size_t start = 0;
+  while (start <= answer.size()) {
+    const size_t comma = std::min(answer.find(',', start), answer.size());
+    const std::string id = trim(answer.substr(start, comma - start));
+    const auto value = parse_int(id);
+    if (!value || *value < 0) {
+      return std::nullopt;
+    }
+    ids += (ids.empty() ? "" : ",") + std::to_string(*value);
+    start = comma + 1;
+  }
+  return ids;
+}
+
+}  // namespace
+
+LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
+  Questionnaire q(in, out);
+  LaunchConfig config;
+  out << "Answer each question and press Enter; an empty answer takes the "
+         "default in brackets.\n";
+
+  q.ask_menu(
+      "In which compute environment are you running?",
+      {{"This machine", {"LOCAL_MACHINE"}}},
+      "(Other compute environments, such as Amazon SageMaker, are not "
+      "supported by ampkit.)");
+  config.compute_environment = "LOCAL_MACHINE";
+
+  static const char* const kTypes[] = {"NO", "MULTI_CPU", "MULTI_GPU"};
+  const size_t type = q.ask_menu(
+      "Which type of machine are you using?",
+      {{"No distributed training", {"NO"}},
+       {"multi-CPU", {"MULTI_CPU"}},
+       {"multi-GPU", {"MULTI_GPU"}}});
+  config.distributed_type = kTypes[type];
+  const bool distributed = config.distributed_type != "NO";
+  const bool multi_gpu = config.distributed_type == "MULTI_GPU";
+  config.use_cpu = config.distributed_type == "MULTI_CPU";
+
+  if (distributed) {
+    config.num_machines = q.ask_int(
+        "How many different machines will you use (use more than 1 for "
+        "multi-node training)?",
+        1,
+        1);
+    if (config.num_machines > 1) {
+      config.machine_rank = q.ask_int(
+          "What is the rank of this machine?", 0, 0, config.num_machines - 1);
+      config.main_process_ip = q.ask(
+          "What is the IP address of the machine that will host the main "
+          "process?",
+          "",
+          "Please enter the IP address or host name of the main machine, "
+          "such as 10.0.0.1.",
+          [](const std::string& answer) -> std::optional<std::string> {
+            if (answer.empty() ||
+                answer.find_first_of(" \t") != std::string::npos) {
+              return std::nullopt;
+            }
+            return answer;
+          });
+      config.main_process_port = q.ask_int(
+          "What is the port you will use to communicate with the main "
+          "process?",
+          kDefaultPort,
+          1,
+          65535);
+      config.same_network = q.ask_bool(
+          "Are all the machines on the same local network? Answer `no` if "
+          "nodes are on the cloud and/or on different network hosts",
+          true);
+      if (!config.same_network) {
+        config.rdzv_backend = q.ask(
+            "What rendezvous backend will you use?",
+            "static",
+            "Valid values: static, c10d, etcd, etcd-v2.",
+            [](const std::string& answer) -> std::optional<std::string> {
+              const std::string value = lower(answer);
+              if (value == "static" || value == "c10d" || value == "etcd" ||
+                  value == "etcd-v2") {
+                return value;
+              }
+              return std::nullopt;
+            });
+      }
+    }
+    config.debug = q.ask_bool(
+        "Should distributed operations be checked while running for errors? "
+        "This can avoid timeout issues but will be slower.",
+        false);
+
+    // num_processes counts all processes on all machines, as in accelerate;
+    // multi-GPU with a single process is No distributed training.
+    const bool single_gpu_possible = !(multi_gpu && config.num_machines == 1);
+    const int64_t min_processes =
+        std::max<int64_t>(config.num_machines, single_gpu_possible ? 1 : 2);
+    config.num_processes = q.ask_int(
+        multi_gpu ? "How many GPU(s) should be used for distributed training "
+                    "(in total, over all machines)?"
+                  : "How many processes should be used for distributed "
+                    "training (in total, over all machines)?",
+        std::max<int64_t>(2, config.num_machines),
+        min_processes,
+        INT64_MAX,
+        single_gpu_possible
+            ? "at least one per machine"
+            : "for a single GPU choose No distributed training");
+  }
+
+  if (multi_gpu) {
+    config.gpu_ids = q.ask(
+        "What GPU(s) (by id) should be used for training on this machine as a "
+        "comma-separated list?",
+        "all",
+        "Valid values: all, or GPU ids separated by commas such as 0,1.",
+        parse_gpu_ids);
+  }
+
+  static const Precision kPrecisions[] = {
+      Precision::no, Precision::fp16, Precision::bf16, Precision::automatic};
+  const size_t precision = q.ask_menu(
+      "Do you wish to use mixed precision?",
+      {{"no", {"fp32"}}, {"fp16", {}}, {"bf16", {}}, {"auto", {}}});
+  config.mixed_precision = kPrecisions[precision];
+
+  config.gradient_accumulation_steps = q.ask_int(
+      "How many gradient accumulation steps are you passing in your script?",
+      1,
+      1);
+  return config;
+}
+
+}  // namespace ampkit::config

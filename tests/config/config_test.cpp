@@ -1,0 +1,342 @@
+// Tests of the config file: accelerate's own files load as they are, a save
+// loads back equal, JSON, every error message, and where the file lives.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "ampkit/config/config.h"
+#include "ampkit/error.h"
+#include "test_util.h"
+
+namespace ampkit::config {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using Passthrough = std::vector<std::pair<std::string, std::string>>;
+
+// accelerate's default_config.yaml files, checked in under samples/.
+const fs::path kSamples = AMPKIT_CONFIG_SAMPLES;
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool equal(const LaunchConfig& a, const LaunchConfig& b) {
+  return a.compute_environment == b.compute_environment &&
+         a.distributed_type == b.distributed_type &&
+         a.mixed_precision == b.mixed_precision &&
+         a.num_processes == b.num_processes &&
+         a.num_machines == b.num_machines &&
+         a.machine_rank == b.machine_rank &&
+         a.main_process_ip == b.main_process_ip &&
+         a.main_process_port == b.main_process_port &&
+         a.use_cpu == b.use_cpu && a.gpu_ids == b.gpu_ids &&
+         a.debug == b.debug && a.same_network == b.same_network &&
+         a.rdzv_backend == b.rdzv_backend &&
+         a.gradient_accumulation_steps == b.gradient_accumulation_steps &&
+         a.log_with == b.log_with &&
+         a.main_training_function == b.main_training_function &&
+         a.passthrough == b.passthrough;
+}
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ampkit_config_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  fs::path dir_;
+};
+
+TEST(ConfigSampleTest, AccelerateSingleNodeMultiGpuFileLoadsAsItIs) {
+  const LaunchConfig config =
+      load_config((kSamples / "multi_gpu.yaml").string());
+  EXPECT_EQ(config.compute_environment, "LOCAL_MACHINE");
+  EXPECT_EQ(config.distributed_type, "MULTI_GPU");
+  EXPECT_EQ(config.mixed_precision, Precision::bf16);
+  EXPECT_EQ(config.num_processes, 2);
+  EXPECT_EQ(config.num_machines, 1);
+  EXPECT_EQ(config.gpu_ids, "all");
+  EXPECT_FALSE(config.use_cpu);
+  EXPECT_FALSE(config.debug);
+  EXPECT_TRUE(config.same_network);
+  EXPECT_EQ(
+      config.passthrough,
+      (Passthrough{
+          {"downcast_bf16", "'no'"},
+          {"enable_cpu_affinity", "false"},
+          {"tpu_env", "[]"},
+          {"tpu_use_cluster", "false"},
+          {"tpu_use_sudo", "false"}}));
+}
+
+TEST(ConfigSampleTest, AccelerateMultiCpuFileLoadsAsItIs) {
+  const LaunchConfig config =
+      load_config((kSamples / "multi_cpu.yaml").string());
+  EXPECT_EQ(config.distributed_type, "MULTI_CPU");
+  EXPECT_EQ(config.num_processes, 16);
+  EXPECT_EQ(config.num_machines, 4);
+  EXPECT_EQ(config.main_process_ip, "36.112.23.24");
+  EXPECT_EQ(config.main_process_port, 29500);
+  EXPECT_TRUE(config.use_cpu);
+  ASSERT_EQ(config.passthrough.size(), 5u);
+  EXPECT_EQ(config.passthrough[1].first, "mpirun_config");
+  EXPECT_EQ(
+      config.passthrough[1].second, "mpirun_hostfile: /home/user/hostfile");
+}
+
+TEST(ConfigSampleTest, OlderAccelerateKeysAreReadIntoTheCurrentOnes) {
+  const LaunchConfig config = load_config((kSamples / "legacy.yaml").string());
+  EXPECT_EQ(config.mixed_precision, Precision::fp16);
+  EXPECT_EQ(config.main_process_port, 0);
+  EXPECT_EQ(config.main_process_ip, "");
+  EXPECT_EQ(
+      config.passthrough,
+      (Passthrough{
+          {"deepspeed_config", "{}"},
+          {"dynamo_config", "{}"},
+          {"fsdp_config", "{}"}}));
+}
+
+TEST(ConfigSampleTest, JsonConfigLoadsLikeItsYaml) {
+  const LaunchConfig config =
+      load_config((kSamples / "multi_gpu.json").string());
+  EXPECT_EQ(config.distributed_type, "MULTI_GPU");
+  EXPECT_EQ(config.mixed_precision, Precision::fp16);
+  EXPECT_EQ(config.gpu_ids, "0,1");
+  EXPECT_EQ(config.num_processes, 2);
+  LaunchConfig yaml = load_config((kSamples / "multi_gpu.yaml").string());
+  EXPECT_EQ(config.passthrough, yaml.passthrough);
+}
+
+TEST_F(ConfigFileTest, SavedConfigLoadsBackEqualInAccelerateOrder) {
+  LaunchConfig config = load_config((kSamples / "multi_cpu.yaml").string());
+  config.mixed_precision = Precision::no;
+  config.log_with = "jsonl,tensorboard";
+  config.gpu_ids = "0";
+  const std::string path = (dir_ / "sub" / "saved.yaml").string();
+  save_config(config, path);
+  EXPECT_TRUE(equal(load_config(path), config)) << read(path);
+  const std::string text = read(path);
+  EXPECT_THAT(text, HasSubstr("distributed_type: MULTI_CPU\n"));
+  EXPECT_THAT(text, HasSubstr("downcast_bf16: 'no'\n"));
+  EXPECT_THAT(text, HasSubstr("gpu_ids: '0'\n"));
+  EXPECT_THAT(text, HasSubstr("mixed_precision: 'no'\n"));
+  EXPECT_THAT(
+      text, HasSubstr("mpirun_config:\n  mpirun_hostfile: /home/user/hostfile\n"));
+  EXPECT_THAT(text, HasSubstr("tpu_env: []\n"));
+  EXPECT_LT(text.find("compute_environment"), text.find("debug"));
+  EXPECT_LT(text.find("num_processes"), text.find("use_cpu"));
+  EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(::getpid())));
+}
+
+TEST_F(ConfigFileTest, DefaultsRoundTripAndQuoteYamlWords) {
+  LaunchConfig config;
+  const std::string path = (dir_ / "defaults.yaml").string();
+  save_config(config, path);
+  EXPECT_TRUE(equal(load_config(path), config));
+  EXPECT_THAT(read(path), HasSubstr("distributed_type: 'NO'\n"));
+  EXPECT_THAT(read(path), Not(HasSubstr("main_process_port")));
+}
+
+TEST_F(ConfigFileTest, JsonPassthroughIsSavedAsYaml) {
+  const std::string path = write(
+      "c.json",
+      "{\"distributed_type\": \"NO\",\n \"fsdp_config\": {\"fsdp_offload_"
+      "params\": false},\n \"downcast_bf16\": \"no\"}\n");
+  const LaunchConfig config = load_config(path);
+  const std::string out = (dir_ / "c.yaml").string();
+  save_config(config, out);
+  EXPECT_THAT(read(out), HasSubstr("fsdp_config:\n  fsdp_offload_params: false\n"));
+  EXPECT_THAT(read(out), HasSubstr("downcast_bf16: 'no'\n"));
+  EXPECT_TRUE(equal(load_config(out), config));
+}
+
+TEST_F(ConfigFileTest, UnknownKeyNamesItsLineAndTheKnownKeys) {
+  const std::string path = write(
+      "unknown.yaml", "distributed_type: 'NO'\nmixed_precision: bf16\nnum_procesess: 2\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path),
+      InvalidArgument,
+      path + ":3: unknown key 'num_procesess'. Known keys: ");
+  AMPKIT_EXPECT_THROWS_WITH(load_config(path), ConfigError, "num_processes");
+  try {
+    load_config(path);
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(e.unknown_key());
+    EXPECT_EQ(e.line(), 3);
+    EXPECT_EQ(e.key(), "num_procesess");
+  }
+}
+
+TEST_F(ConfigFileTest, UnknownJsonKeyNamesItsLine) {
+  const std::string path = write(
+      "unknown.json", "{\n  \"mixed_precision\": \"bf16\",\n  \"fp8\": 1\n}\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path), InvalidArgument, path + ":3: unknown key 'fp8'");
+}
+
+TEST_F(ConfigFileTest, WrongTypeGivesKeyValueAndValidValues) {
+  const std::string path =
+      write("type.yaml", "num_processes: two\nuse_cpu: maybe\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path),
+      InvalidArgument,
+      path + ":1: key 'num_processes' must be an integer, got 'two'. "
+             "Valid values: an integer from 1 up.");
+  const std::string flag = write("flag.yaml", "use_cpu: maybe\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(flag),
+      InvalidArgument,
+      flag + ":1: key 'use_cpu' must be a boolean, got 'maybe'. Valid values: "
+             "true, false.");
+  const std::string list = write("list.yaml", "machine_rank: [0, 1]\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(list), InvalidArgument, "key 'machine_rank' must be a single value");
+  const std::string gpus = write("gpus.yaml", "gpu_ids: 0,x\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(gpus), InvalidArgument, "got '0,x'. Valid values: all, or GPU");
+}
+
+TEST_F(ConfigFileTest, BadMixedPrecisionListsThePrecisions) {
+  const std::string path =
+      write("mp.yaml", "num_processes: 1\nmixed_precision: fp64\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path),
+      InvalidArgument,
+      path + ":2: key 'mixed_precision' is not a precision, got 'fp64'. "
+             "Valid values: no, fp16, bf16, auto.");
+  // A bad value is found before an unknown key further up.
+  const std::string both =
+      write("both.yaml", "typo: 1\nmixed_precision: fp64\n");
+  AMPKIT_EXPECT_THROWS_WITH(load_config(both), InvalidArgument, "fp64");
+}
+
+TEST_F(ConfigFileTest, DistributedTypeOfAccelerateOnlyIsRefusedByName) {
+  const std::string fsdp = write("fsdp.yaml", "distributed_type: FSDP\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(fsdp),
+      InvalidArgument,
+      fsdp + ":1: key 'distributed_type' is not supported by ampkit: use NO, "
+             "MULTI_CPU or MULTI_GPU, got 'FSDP'.");
+  const std::string typo = write("typo.yaml", "distributed_type: MULTI_GUP\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(typo),
+      InvalidArgument,
+      "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU.");
+}
+
+TEST_F(ConfigFileTest, NegativeNumProcessesIsOutOfRange) {
+  const std::string path = write("neg.yaml", "num_processes: -1\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path),
+      InvalidArgument,
+      path + ":1: key 'num_processes' is out of range, got '-1'. Valid "
+             "values: an integer from 1 up.");
+  const std::string port = write("port.json", "{\"main_process_port\": 70000}");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(port), InvalidArgument, "an integer from 0 to 65535");
+}
+
+TEST_F(ConfigFileTest, MissingFileIsAnIoErrorNamingIt) {
+  const std::string path = (dir_ / "missing.yaml").string();
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path), IoError, path + ": no such config file");
+}
+
+TEST_F(ConfigFileTest, YamlSyntaxErrorGivesItsLine) {
+  const std::string path =
+      write("syntax.yaml", "num_processes: 1\nmixed_precision: [bf16\n");
+  AMPKIT_EXPECT_THROWS_WITH(load_config(path), IoError, path + ":");
+  AMPKIT_EXPECT_THROWS_WITH(load_config(path), IoError, "YAML syntax error");
+  const std::string json = write("syntax.json", "{\n  \"a\": 1,\n  ]\n}\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(json), IoError, json + ":3: JSON syntax error");
+}
+
+TEST_F(ConfigFileTest, NotAMappingIsRefused) {
+  const std::string path = write("list.yaml", "- bf16\n- fp16\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path), InvalidArgument, "must be a mapping");
+}
+
+TEST(ConfigValuesTest, CarryTheAcceleratorsSettingsWithTheirOrigin) {
+  LaunchConfig config;
+  config.mixed_precision = Precision::bf16;
+  config.gradient_accumulation_steps = 4;
+  config.use_cpu = true;
+  ConfigValues values = to_config_values(config, "/tmp/c.yaml");
+  EXPECT_EQ(values.origin, "/tmp/c.yaml");
+  EXPECT_EQ(values.mixed_precision, Precision::bf16);
+  EXPECT_EQ(values.gradient_accumulation_steps, 4);
+  EXPECT_EQ(values.use_cpu, true);
+  EXPECT_FALSE(values.log_with.has_value());
+  config.log_with = "jsonl";
+  EXPECT_EQ(to_config_values(config, "x").log_with, "jsonl");
+}
+
+// Sets or unsets an environment variable for one test, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+    }
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(DefaultConfigPathTest, HonoursAmpkitConfigFileThenXdgCacheHome) {
+  {
+    ScopedEnv file("AMPKIT_CONFIG_FILE", "/etc/my.yaml");
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    EXPECT_EQ(default_config_path(), "/etc/my.yaml");
+  }
+  {
+    ScopedEnv file("AMPKIT_CONFIG_FILE", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    EXPECT_EQ(default_config_path(), "/xdg/ampkit/default_config.yaml");
+  }
+  {
+    ScopedEnv file("AMPKIT_CONFIG_FILE", "");
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    ScopedEnv home("HOME", "/home/u");
+    EXPECT_EQ(
+        default_config_path(), "/home/u/.cache/ampkit/default_config.yaml");
+  }
+}
+
+}  // namespace
+}  // namespace ampkit::config
