@@ -26,10 +26,11 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
 )
-# The tests also check the golden headers against Python torch, and render a
+# The tests also check the golden headers against Python torch, list the
+# distributed tests' sockets with ss (iproute2), and render a
 # report in headless Chromium (that test skips itself without it).
 if [ "$mode" = test ]; then
-  packages+=(python3-torch chromium)
+  packages+=(python3-torch chromium iproute2)
 fi
 
 missing=()

@@ -78,20 +78,26 @@ std::optional<size_t> limit(int64_t n) {
   return n > 0 ? std::optional<size_t>(static_cast<size_t>(n)) : std::nullopt;
 }
 
+// Each process scores its share of the test set; the counts are summed.
 template <typename Model>
 double accuracy(Model& model, const ampkit::data::FashionMnist& test,
-                const torch::Device& device) {
+                ampkit::Accelerator& accelerator) {
   torch::NoGradGuard no_grad;
   model->eval();
-  int64_t correct = 0;
   const int64_t n = test.images.size(0);
+  std::vector<int64_t> chunks;
   for (int64_t i = 0; i < n; i += 1000) {
-    auto x = test.images.slice(0, i, i + 1000).to(device);  // [B, 1, 28, 28]
-    auto y = test.labels.slice(0, i, i + 1000).to(device);  // [B]
+    chunks.push_back(i);
+  }
+  int64_t correct = 0;
+  for (int64_t i : accelerator.split_between_processes(chunks)) {
+    auto x = test.images.slice(0, i, i + 1000).to(accelerator.device());
+    auto y = test.labels.slice(0, i, i + 1000).to(accelerator.device());
     correct += model(x).argmax(1).eq(y).sum().template item<int64_t>();
   }
   model->train();
-  return double(correct) / double(n);
+  const auto total = accelerator.reduce(torch::tensor({correct}));
+  return double(total.template item<int64_t>()) / double(n);
 }
 
 int run(const Args& args) {
@@ -144,8 +150,10 @@ int run(const Args& args) {
   Net net;
   torch::optim::AdamW adamw(
       net->parameters(), torch::optim::AdamWOptions(args.lr).weight_decay(1e-4));
+  // Per process: the global batch is batch_size x num_processes.
+  const int64_t global_batch = args.batch_size * accelerator.num_processes();
   const int64_t batches_per_epoch =
-      (n_train + args.batch_size - 1) / args.batch_size;
+      (n_train + global_batch - 1) / global_batch;
   const int64_t accumulation = accelerator.gradient_accumulation_steps();
   const int64_t steps_per_epoch =
       (batches_per_epoch + accumulation - 1) / accumulation;
@@ -155,13 +163,13 @@ int run(const Args& args) {
   }
   ampkit::optim::CosineWithWarmup cosine(
       adamw, std::max<int64_t>(1, total_steps / 20), total_steps);
-  auto [model, optimizer, scheduler, loader] = accelerator.prepare(
-      net,
-      adamw,
-      cosine,
-      torch::data::make_data_loader<torch::data::samplers::RandomSampler>(
-          std::move(train_set),
-          torch::data::DataLoaderOptions(args.batch_size)));
+  auto [model, optimizer, scheduler] = accelerator.prepare(net, adamw, cosine);
+  // Each process reads its shard of every epoch (one process: all of it),
+  // reshuffled from the seed and the epoch.
+  auto loader = accelerator.prepare_data_loader(
+      std::move(train_set),
+      torch::data::DataLoaderOptions(args.batch_size),
+      ampkit::data::ShardedSamplerOptions().seed(args.seed));
 
   if (!args.log_with.empty()) {
     accelerator.init_trackers(
@@ -222,11 +230,14 @@ int run(const Args& args) {
                          std::chrono::steady_clock::now() - start)
                          .count();
     samples += epoch_samples;
-    epoch_accuracy = accuracy(model, test, accelerator.device());
+    epoch_accuracy = accuracy(model, test, accelerator);
     accelerator.log({{"test_accuracy", epoch_accuracy}});
     progress.update({steps, epoch, train_loss, double(epoch_samples) /
         std::max(1e-9, std::chrono::duration<double>(
             std::chrono::steady_clock::now() - start).count())});
+    if (!accelerator.is_main_process()) {
+      continue;
+    }
     if (!progress.plain()) {
       std::fprintf(stderr, "\n");
     }
@@ -245,7 +256,9 @@ int run(const Args& args) {
       {"train_loss", train_loss},
       {"steps", steps},
       {"skipped_steps", skipped},
-      {"samples_per_second", double(samples) / train_seconds},
+      // All processes together (each reads the same number of samples).
+      {"samples_per_second",
+       double(samples * accelerator.num_processes()) / train_seconds},
       {"precision", ampkit::to_string(accelerator.mixed_precision())},
       {"num_processes", accelerator.num_processes()},
       {"gradient_accumulation_steps", accumulation},

@@ -54,4 +54,11 @@ class TrainingDiverged : public Error {
   using Error::Error;
 };
 
+/// A distributed run cannot go on: a peer process failed, left, or did not
+/// answer within the timeout. The message names the rank where known.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace ampkit

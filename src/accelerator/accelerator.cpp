@@ -7,7 +7,9 @@
 #include <torch/serialize/output-archive.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -146,6 +148,39 @@ void note_batch(AcceleratorState& state, int64_t samples) {
   state.samples_since_log += samples;
 }
 
+void set_gather_remainder(AcceleratorState& state, int64_t remainder) {
+  state.gather_remainder = remainder;
+}
+
+bool is_distributed(const AcceleratorState& state) {
+  return state.group != nullptr;
+}
+
+void before_forward(AcceleratorState& state, const torch::nn::Module& module) {
+  if (auto* sync = state.synchronizer_for(&module)) {
+    sync->before_forward(state.sync_gradients);
+  }
+}
+
+void after_forward(
+    AcceleratorState& state,
+    const torch::nn::Module& module,
+    const std::vector<torch::Tensor>& outputs) {
+  if (auto* sync = state.synchronizer_for(&module)) {
+    sync->after_forward(outputs, state.sync_gradients);
+  }
+}
+
+dist::GradientSynchronizer* AcceleratorState::synchronizer_for(
+    const torch::nn::Module* m) {
+  for (size_t i = 0; i < models.size() && i < synchronizers.size(); ++i) {
+    if (models[i].get() == m) {
+      return synchronizers[i].get();
+    }
+  }
+  return nullptr;
+}
+
 c10::Device device(const AcceleratorState& state) {
   return state.options.device;
 }
@@ -215,6 +250,15 @@ Accelerator::Accelerator(AcceleratorOptions options)
       });
     }
   }
+  if (r.dist.distributed()) {
+    st.num_processes = r.dist.world_size;
+    st.process_index = r.dist.rank;
+    st.local_process_index = r.dist.local_rank;
+    st.group = std::make_shared<dist::ProcessGroup>(
+        r.dist,
+        dist::GroupOptions().timeout(r.timeout).debug(r.debug),
+        r.device);
+  }
   if (r.seed) {
     set_seed(*r.seed);
   }
@@ -238,6 +282,11 @@ Accelerator::Accelerator(AcceleratorOptions options)
 }
 
 Accelerator::~Accelerator() {
+  if (state_->group && std::uncaught_exceptions() > 0) {
+    // Unwinding: let the other ranks' waits end with this rank's name.
+    state_->group->report_failure(
+        "it left the training loop with an exception (see its output)");
+  }
   try {
     end_training();
   } catch (const std::exception& e) {
@@ -350,6 +399,24 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
   }
   if (st.scaler) {
     st.scaler->register_parameter_names(named);
+  }
+  if (st.group) {
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (const auto& item : module->named_parameters()) {
+      params.emplace_back(item.key(), item.value());
+    }
+    const auto& r = st.options;
+    std::optional<torch::Dtype> compression;
+    if (r.gradient_compression != Precision::no) {
+      compression = to_dtype(r.gradient_compression);
+    }
+    st.synchronizers.push_back(std::make_unique<dist::GradientSynchronizer>(
+        st.group, std::move(params), module->buffers(),
+        dist::SyncOptions()
+            .bucket_cap_mb(r.bucket_cap_mb)
+            .find_unused_parameters(r.find_unused_parameters)
+            .compression(compression)
+            .broadcast_buffers(r.broadcast_buffers)));
   }
   return module;
 }
@@ -466,7 +533,10 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
   }
-  scaled.backward();
+  st.collective("backward (gradient all-reduce)", [&] { scaled.backward(); });
+  for (auto& sync : st.synchronizers) {
+    sync->after_backward();
+  }
 }
 
 AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
@@ -621,19 +691,159 @@ int64_t Accelerator::num_processes() const {
 }
 
 void Accelerator::wait_for_everyone() {
-  // One process has no one to wait for; the distributed layer adds the
-  // barrier for more.
+  if (state_->group) {
+    state_->group->barrier();
+  }
 }
 
 torch::Tensor Accelerator::gather(const torch::Tensor& tensor) {
-  return tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor;
+  const torch::Tensor t = tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor;
+  if (!state_->group) {
+    return t;
+  }
+  return torch::cat(state_->group->all_gather(t), 0);
+}
+
+torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {
+  torch::Tensor all = gather(tensor);
+  auto& st = *state_;
+  if (st.group && st.end_of_dataloader && st.gather_remainder > 0 &&
+      st.gather_remainder < all.size(0)) {
+    return all.narrow(0, 0, st.gather_remainder);
+  }
+  return all;
 }
 
 torch::Tensor Accelerator::reduce(
     const torch::Tensor& tensor,
-    Reduction /*reduction*/) {
-  // The sum, mean and max of one process's tensor are the tensor.
-  return tensor;
+    Reduction reduction) {
+  if (!state_->group) {
+    // The sum, mean and max of one process's tensor are the tensor.
+    return tensor;
+  }
+  torch::Tensor t = tensor.clone();
+  if (reduction == Reduction::mean && !t.is_floating_point()) {
+    t = t.to(torch::kFloat);
+  }
+  state_->group->all_reduce(
+      t,
+      reduction == Reduction::sum    ? dist::ReduceOp::sum
+          : reduction == Reduction::mean ? dist::ReduceOp::mean
+                                         : dist::ReduceOp::max);
+  return t;
+}
+
+torch::Tensor Accelerator::broadcast(
+    const torch::Tensor& tensor,
+    int64_t from_process) {
+  if (from_process < 0 || from_process >= num_processes()) {
+    throw InvalidArgument(
+        kComponent,
+        "broadcast from_process must be in [0, " +
+            std::to_string(num_processes()) + "), got " +
+            std::to_string(from_process) + ".");
+  }
+  if (!state_->group) {
+    return tensor;
+  }
+  torch::Tensor t = tensor.clone();
+  state_->group->broadcast(t, from_process);
+  return t;
+}
+
+torch::Tensor Accelerator::pad_across_processes(
+    const torch::Tensor& tensor,
+    int64_t dim,
+    double pad_index,
+    bool pad_first) {
+  if (tensor.dim() == 0 || dim < -tensor.dim() || dim >= tensor.dim()) {
+    throw InvalidArgument(
+        kComponent,
+        "pad_across_processes needs dim within the tensor's " +
+            std::to_string(tensor.dim()) + " dimensions, got " +
+            std::to_string(dim) + ".");
+  }
+  if (!state_->group) {
+    return tensor;
+  }
+  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
+  auto size = torch::tensor({tensor.size(d)}, torch::kLong).to(tensor.device());
+  state_->group->all_reduce(size, dist::ReduceOp::max);
+  const int64_t longest = size.cpu().item<int64_t>();
+  if (longest == tensor.size(d)) {
+    return tensor;
+  }
+  auto shape = tensor.sizes().vec();
+  shape[d] = longest;
+  auto out = torch::full(shape, pad_index, tensor.options());
+  const int64_t start = pad_first ? longest - tensor.size(d) : 0;
+  out.narrow(d, start, tensor.size(d)).copy_(tensor);
+  return out;
+}
+
+std::tuple<int64_t, int64_t, int64_t> Accelerator::share_of(int64_t n) const {
+  const int64_t w = num_processes();
+  const int64_t i = process_index();
+  const int64_t per = n / w;
+  const int64_t extra = n % w;
+  const int64_t begin = i * per + std::min(i, extra);
+  const int64_t end = begin + per + (i < extra ? 1 : 0);
+  return {begin, end, per + (extra > 0 ? 1 : 0)};
+}
+
+Accelerator::MainProcessFirst::MainProcessFirst(Accelerator& accelerator)
+    : accelerator_(accelerator) {
+  if (!accelerator_.is_main_process()) {
+    accelerator_.wait_for_everyone();
+  }
+}
+
+Accelerator::MainProcessFirst::~MainProcessFirst() noexcept(false) {
+  if (accelerator_.is_main_process() && std::uncaught_exceptions() == 0) {
+    accelerator_.wait_for_everyone();
+  }
+}
+
+Accelerator::MainProcessFirst Accelerator::main_process_first() {
+  return MainProcessFirst(*this);
+}
+
+void Accelerator::set_trigger() {
+  state_->trigger = true;
+}
+
+bool Accelerator::check_trigger() {
+  auto flag = torch::tensor({state_->trigger ? 1L : 0L}, torch::kLong);
+  if (state_->group) {
+    state_->group->all_reduce(flag, dist::ReduceOp::max);
+  }
+  const bool any = flag.item<int64_t>() > 0;
+  if (any) {
+    state_->trigger = false;
+  }
+  return any;
+}
+
+dist::ProcessGroup* Accelerator::process_group() const {
+  return state_->group.get();
+}
+
+void Accelerator::throw_unsized_dataset() const {
+  throw InvalidArgument(
+      kComponent,
+      "prepare_data_loader needs a dataset with a size, got one whose size() "
+      "is empty. Give the dataset a size, or shard a stream yourself.");
+}
+
+void Accelerator::throw_unsharded_loader() const {
+  throw UsageError(
+      kComponent,
+      "prepare(data_loader) got a LibTorch loader built outside the "
+      "Accelerator in a run of " + std::to_string(num_processes()) +
+          " processes: its sampler cannot be sharded, so every process would "
+          "read the same batches. Build it with "
+          "`accelerator.prepare_data_loader(std::move(dataset), "
+          "torch::data::DataLoaderOptions(batch_size))`.");
 }
 
 void Accelerator::print_line(const std::string& line) const {

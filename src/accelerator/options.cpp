@@ -164,16 +164,6 @@ std::string format_double(double value) {
 
 }  // namespace
 
-EnvLookup process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) {
-      return std::nullopt;
-    }
-    return std::string(value);
-  };
-}
-
 ResolvedAcceleratorOptions resolve_options(
     const AcceleratorOptions& options,
     const EnvLookup& env,
@@ -265,6 +255,47 @@ ResolvedAcceleratorOptions resolve_options(
   }
   r.quiet = options.quiet();
 
+  r.dist = dist::detect_env(env);
+  if (r.dist.distributed() && r.device.is_cuda()) {
+    // One GPU per process on each machine, by local rank.
+    if (r.dist.local_rank >= static_cast<int64_t>(caps.cuda_devices.size()) && !caps.cuda_devices.empty()) {
+      throw InvalidArgument(
+          kComponent,
+          "LOCAL_RANK " + std::to_string(r.dist.local_rank) + " has no GPU: "
+              "this machine has " + std::to_string(caps.cuda_devices.size()) +
+              ". Start at most one process per GPU (ampkit launch "
+              "--num_processes), or pass --cpu.");
+    }
+    r.device = c10::Device(
+        c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(r.dist.local_rank));
+  }
+  r.timeout = options.timeout();
+  if (r.timeout.count() <= 0) {
+    throw InvalidArgument(
+        kComponent,
+        "timeout must be positive, got " + std::to_string(r.timeout.count()) +
+            " ms. Pass e.g. std::chrono::minutes(30).");
+  }
+  const Picked<bool> debug = pick(
+      options.debug(), env, {kEnvDebug, kEnvAccelerateDebug}, env_bool,
+      std::optional<bool>(), "", false);
+  r.debug = debug.value;
+  r.bucket_cap_mb = options.bucket_cap_mb();
+  if (!(r.bucket_cap_mb > 0)) {
+    throw InvalidArgument(
+        kComponent,
+        "bucket_cap_mb must be positive, got " + format_double(r.bucket_cap_mb) +
+            ". DDP's default is 25.");
+  }
+  r.find_unused_parameters = options.find_unused_parameters();
+  r.gradient_compression = options.gradient_compression();
+  if (r.gradient_compression == Precision::automatic) {
+    throw InvalidArgument(
+        kComponent,
+        "gradient_compression must be no, bf16 or fp16, got auto.");
+  }
+  r.broadcast_buffers = options.broadcast_buffers();
+
   add("mixed_precision", precision_value, precision_source);
   add("gradient_accumulation_steps",
       std::to_string(r.gradient_accumulation_steps),
@@ -302,6 +333,18 @@ ResolvedAcceleratorOptions resolve_options(
   add("project_dir",
       r.project_dir,
       options.project_dir() ? "explicit" : "default");
+  add("processes",
+      r.dist.distributed()
+          ? "rank " + std::to_string(r.dist.rank) + " of " +
+              std::to_string(r.dist.world_size) +
+              (r.dist.single_node() ? " (one machine)" : " (several machines)")
+          : "1",
+      r.dist.distributed() ? std::string("env (") + dist::to_string(r.dist.launcher) + ")"
+                           : "default");
+  if (r.dist.distributed()) {
+    add("debug", r.debug ? "true" : "false", debug.source);
+    add("gradient_compression", to_string(r.gradient_compression), "option");
+  }
   add("libtorch",
       std::to_string(caps.torch_major) + "." +
           std::to_string(caps.torch_minor),

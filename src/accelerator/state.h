@@ -14,6 +14,9 @@
 #include "ampkit/accelerator/options.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
+#include "ampkit/error.h"
+#include "ampkit/dist/ddp.h"
+#include "ampkit/dist/process_group.h"
 #include "ampkit/track/tracker.h"
 
 namespace ampkit::detail {
@@ -67,6 +70,29 @@ struct AcceleratorState {
   int64_t num_processes = 1;
   int64_t process_index = 0;
   int64_t local_process_index = 0;
+  // Distributed runs only: the group, and one synchronizer per model (in
+  // the order of `models`).
+  std::shared_ptr<dist::ProcessGroup> group;
+  std::vector<std::unique_ptr<dist::GradientSynchronizer>> synchronizers;
+  bool trigger = false;
+  // Real samples in the last gathered step of the active data loader when
+  // its sampler padded the epoch; 0 when nothing to drop.
+  int64_t gather_remainder = 0;
+  dist::GradientSynchronizer* synchronizer_for(const torch::nn::Module* m);
+  /// Runs `body`; a failure of a collective inside names the failed rank.
+  template <typename F>
+  auto collective(const std::string& operation, F&& body) {
+    if (!group) {
+      return body();
+    }
+    try {
+      return body();
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+      group->rethrow_explained(operation);
+    }
+  }
 
   /// The GradScaler's update() once per iteration, after the steps.
   void update_scaler();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/data/dataloader.h>
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "ampkit/accelerator/prepared.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
+#include "ampkit/dist/process_group.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/track/tracker.h"
 
@@ -105,6 +107,29 @@ class Accelerator {
         prepare(std::forward<Rest>(rest))...};
   }
 
+  /// Builds a data loader over `dataset` (a batch or example dataset with a
+  /// size) whose ampkit::data::ShardedSampler gives this process its shard
+  /// of each epoch, and prepares it. With one process it is a loader that
+  /// reshuffles from seed + epoch. `sampler` sets shuffle, seed,
+  /// even_batches, split_batches and drop_last; the process fields are the
+  /// Accelerator's.
+  template <typename Dataset>
+  auto prepare_data_loader(
+      Dataset dataset,
+      torch::data::DataLoaderOptions options,
+      data::ShardedSamplerOptions sampler = {}) {
+    const auto size = dataset.size();
+    if (!size) {
+      throw_unsized_dataset();
+    }
+    sampler.num_processes(num_processes()).process_index(process_index());
+    data::ShardedSampler shard(*size, sampler);
+    auto loader =
+        torch::data::make_data_loader(std::move(dataset), shard, options);
+    return PreparedDataLoader<typename decltype(loader)::element_type>(
+        std::move(loader), state_, shard);
+  }
+
   /// loss.backward(), divided by gradient_accumulation_steps and scaled by
   /// the GradScaler when loss scaling is on. With accumulation, call it
   /// inside accumulate().
@@ -172,10 +197,63 @@ class Accelerator {
   /// becomes shape [num_processes()], so shapes do not depend on whether
   /// training is distributed.
   torch::Tensor gather(const torch::Tensor& tensor);
-  /// Combines `tensor` across processes (sum, mean or max).
+  /// Combines `tensor` across processes (sum, mean or max); integer
+  /// tensors are averaged in float.
   torch::Tensor reduce(
       const torch::Tensor& tensor,
       Reduction reduction = Reduction::sum);
+  /// gather() for evaluation: on the last batch of a prepared data loader
+  /// whose sampler padded the epoch (even_batches), the duplicated samples
+  /// are dropped, so the result has exactly one row per dataset sample.
+  torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
+  /// `from_process`'s tensor, on every process (the others' values are
+  /// only used for the shape).
+  torch::Tensor broadcast(const torch::Tensor& tensor, int64_t from_process = 0);
+  /// Pads `tensor` along `dim` with `pad_index` to the largest size any
+  /// process has, so that gather() can concatenate it (at the end, or at
+  /// the start with pad_first).
+  torch::Tensor pad_across_processes(
+      const torch::Tensor& tensor,
+      int64_t dim = 0,
+      double pad_index = 0,
+      bool pad_first = false);
+  /// This process's contiguous share of `items` (the first len % N
+  /// processes get one more); with apply_padding every share has the same
+  /// length, repeating the last item.
+  template <typename T>
+  std::vector<T> split_between_processes(
+      const std::vector<T>& items,
+      bool apply_padding = false) const {
+    const auto [begin, end, padded] =
+        share_of(static_cast<int64_t>(items.size()));
+    std::vector<T> share(items.begin() + begin, items.begin() + end);
+    if (apply_padding && !items.empty()) {
+      while (static_cast<int64_t>(share.size()) < padded) {
+        share.push_back(items.back());
+      }
+    }
+    return share;
+  }
+  /// RAII: the main process runs the scope first, the others wait for it
+  /// and then run theirs (downloads, caches).
+  class [[nodiscard]] MainProcessFirst {
+   public:
+    ~MainProcessFirst() noexcept(false);
+    MainProcessFirst(const MainProcessFirst&) = delete;
+    MainProcessFirst& operator=(const MainProcessFirst&) = delete;
+
+   private:
+    friend class Accelerator;
+    explicit MainProcessFirst(Accelerator& accelerator);
+    Accelerator& accelerator_;
+  };
+  MainProcessFirst main_process_first();
+  /// Early stop across processes: any process sets the trigger, and
+  /// check_trigger() (a collective) is then true on every process, once.
+  void set_trigger();
+  bool check_trigger();
+  /// The process group of a distributed run, else nullptr.
+  dist::ProcessGroup* process_group() const;
   /// Prints the arguments, separated by spaces, as one line on stdout, on
   /// the main process only.
   template <typename... Args>
@@ -195,6 +273,10 @@ class Accelerator {
   std::shared_ptr<torch::nn::Module> prepare_module(
       std::shared_ptr<torch::nn::Module> module);
   void print_line(const std::string& line) const;
+  [[noreturn]] void throw_unsized_dataset() const;
+  [[noreturn]] void throw_unsharded_loader() const;
+  /// [begin, end) of this process's share of n items, and the largest share.
+  std::tuple<int64_t, int64_t, int64_t> share_of(int64_t n) const;
   void backward_unhinted(const torch::Tensor& loss);
 
   std::shared_ptr<detail::AcceleratorState> state_;
@@ -234,6 +316,9 @@ auto Accelerator::prepare(T&& object) {
         "Accelerator::prepare takes a module through its holder (the "
         "TORCH_MODULE class) or a std::shared_ptr, not the Impl object.");
   } else if constexpr (detail::is_unique_ptr<U>::value) {
+    if (num_processes() > 1) {
+      throw_unsharded_loader();
+    }
     return PreparedDataLoader<typename U::element_type>(
         std::move(object), state_);
   } else if constexpr (

@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 #include <torch/arg.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -15,6 +16,8 @@
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/amp/precision.h"
 #include "ampkit/config/config.h"
+#include "ampkit/dist/env.h"
+#include "ampkit/utils/env.h"
 
 namespace ampkit {
 
@@ -35,6 +38,10 @@ constexpr const char* kEnvAccelerateGradientAccumulationSteps =
 constexpr const char* kEnvUseCpu = "AMPKIT_USE_CPU";
 /// accelerate launch's name for the same setting.
 constexpr const char* kEnvAccelerateUseCpu = "ACCELERATE_USE_CPU";
+/// Debug mode for collectives (shape checks).
+constexpr const char* kEnvDebug = "AMPKIT_DEBUG";
+/// accelerate launch's name for the same setting.
+constexpr const char* kEnvAccelerateDebug = "ACCELERATE_DEBUG_MODE";
 
 /// What a training run asks for. Every field left unset is taken, in this
 /// order, from the environment a launcher set, the config file, or the
@@ -103,6 +110,27 @@ struct AcceleratorOptions {
   TORCH_ARG(int64_t, log_every_n_steps) = 1;
   /// No start-up table or choice lines on stderr (warnings still print).
   TORCH_ARG(bool, quiet) = false;
+
+  // Distributed runs (several processes started by ampkit launch, torchrun,
+  // Slurm or OpenMPI; see ampkit/dist/env.h).
+  /// How long the rendezvous and each collective wait for the other
+  /// processes. Default 30 minutes (c10d's).
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(30);
+  /// Before each collective, compare shapes across processes and fail with
+  /// every rank's shape instead of hanging. Default false, or the
+  /// environment's AMPKIT_DEBUG / ACCELERATE_DEBUG_MODE.
+  TORCH_ARG(std::optional<bool>, debug);
+  /// The gradient all-reduce bucket size in MB (DDP's bucket_cap_mb).
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  /// Allow parameters without a gradient in some steps (DDP's
+  /// find_unused_parameters). Default false: such a parameter is an error
+  /// naming it.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  /// Compress the gradient all-reduce to bf16 or fp16. Default no.
+  TORCH_ARG(Precision, gradient_compression) = Precision::no;
+  /// Broadcast rank 0's buffers before each synchronising forward. Default
+  /// true (DDP's broadcast_buffers).
+  TORCH_ARG(bool, broadcast_buffers) = true;
 };
 
 /// One resolved setting as the start-up table shows it.
@@ -133,6 +161,13 @@ struct ResolvedAcceleratorOptions {
   bool auto_log = false;
   int64_t log_every_n_steps = 1;
   bool quiet = false;
+  dist::DistEnv dist;
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  bool debug = false;
+  double bucket_cap_mb = 25.0;
+  bool find_unused_parameters = false;
+  Precision gradient_compression = Precision::no;
+  bool broadcast_buffers = true;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   /// What "auto" became and why; empty unless auto was asked for.
   std::string auto_precision_reason;
@@ -143,13 +178,6 @@ struct ResolvedAcceleratorOptions {
   /// The rows as an aligned three-column table, one setting per line.
   std::string table() const;
 };
-
-/// Reads one environment variable; empty when it is not set.
-using EnvLookup =
-    std::function<std::optional<std::string>(const std::string& name)>;
-
-/// getenv for this process.
-EnvLookup process_environment();
 
 /// Applies the precedence explicit > environment > config > default, picks
 /// the device (CUDA when present unless cpu), resolves auto and checks the

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ampkit/amp/autocast.h"
+#include "ampkit/data/sharded_sampler.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/optim/scheduler.h"
 
@@ -32,9 +33,45 @@ const AutocastOptions* forward_autocast(AcceleratorState& state);
 /// can tell when none ran.
 void note_forward(AcceleratorState& state);
 void set_end_of_dataloader(AcceleratorState& state, bool end);
+/// Real samples in the last gathered step of the loader now at its end, for
+/// gather_for_metrics (0: nothing to drop).
+void set_gather_remainder(AcceleratorState& state, int64_t remainder);
 /// Counts the samples of a batch for the samples/s the Accelerator logs.
 void note_batch(AcceleratorState& state, int64_t samples);
 c10::Device device(const AcceleratorState& state);
+/// Distributed runs: whether gradients of this model are synchronised
+/// across processes, and the synchronizer's calls around its forward.
+bool is_distributed(const AcceleratorState& state);
+void before_forward(AcceleratorState& state, const torch::nn::Module& module);
+void after_forward(
+    AcceleratorState& state,
+    const torch::nn::Module& module,
+    const std::vector<torch::Tensor>& outputs);
+
+/// The tensors of a forward's output (for DDP's unused-parameter search).
+inline void collect_tensors(const torch::Tensor& t, std::vector<torch::Tensor>& out) {
+  if (t.defined()) {
+    out.push_back(t);
+  }
+}
+inline void collect_tensors(
+    const std::vector<torch::Tensor>& ts,
+    std::vector<torch::Tensor>& out) {
+  for (const auto& t : ts) {
+    collect_tensors(t, out);
+  }
+}
+template <typename T>
+void collect_tensors(const T& /*value*/, std::vector<torch::Tensor>& /*out*/) {}
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& value, std::vector<torch::Tensor>& out) {
+  collect_tensors(value.first, out);
+  collect_tensors(value.second, out);
+}
+template <typename... Ts>
+void collect_tensors(const std::tuple<Ts...>& value, std::vector<torch::Tensor>& out) {
+  std::apply([&out](const auto&... e) { (collect_tensors(e, out), ...); }, value);
+}
 
 /// accelerate's convert_to_fp32: fp16 and bf16 tensors become float32,
 /// containers are converted element by element, anything else passes.
@@ -163,14 +200,15 @@ class PreparedModel : public PreparedModelBase {
   auto operator()(Args&&... args) {
     // LibTorch's errors leave with an `ampkit hint:` where one applies.
     try {
-      const AutocastOptions* autocast = detail::forward_autocast(*state_);
-      if (autocast == nullptr) {
-        return model_->forward(std::forward<Args>(args)...);
+      if (!detail::is_distributed(*state_)) {
+        return forward_under_autocast(std::forward<Args>(args)...);
       }
-      Autocast guard(*autocast);
-      detail::note_forward(*state_);
-      return detail::convert_to_fp32(
-          model_->forward(std::forward<Args>(args)...));
+      detail::before_forward(*state_, *module_);
+      auto output = forward_under_autocast(std::forward<Args>(args)...);
+      std::vector<torch::Tensor> tensors;
+      detail::collect_tensors(output, tensors);
+      detail::after_forward(*state_, *module_, tensors);
+      return output;
     } catch (...) {
       diag::rethrow_with_hint();
     }
@@ -187,6 +225,18 @@ class PreparedModel : public PreparedModelBase {
   }
 
  private:
+  template <typename... Args>
+  auto forward_under_autocast(Args&&... args) {
+    const AutocastOptions* autocast = detail::forward_autocast(*state_);
+    if (autocast == nullptr) {
+      return model_->forward(std::forward<Args>(args)...);
+    }
+    Autocast guard(*autocast);
+    detail::note_forward(*state_);
+    return detail::convert_to_fp32(
+        model_->forward(std::forward<Args>(args)...));
+  }
+
   ModelType model_;
 };
 
@@ -314,7 +364,13 @@ class PreparedDataLoader {
           detail::to_device(std::move(**it_), detail::device(*owner_->state_)));
       detail::note_batch(*owner_->state_, detail::batch_size_of(*current_));
       ++*it_;
-      detail::set_end_of_dataloader(*owner_->state_, *it_ == *end_);
+      const bool end = *it_ == *end_;
+      detail::set_end_of_dataloader(*owner_->state_, end);
+      detail::set_gather_remainder(
+          *owner_->state_,
+          end && owner_->sampler_
+              ? static_cast<int64_t>(owner_->sampler_->remainder())
+              : 0);
     }
 
     PreparedDataLoader* owner_ = nullptr;
@@ -325,8 +381,11 @@ class PreparedDataLoader {
 
   PreparedDataLoader(
       std::unique_ptr<Loader> loader,
-      std::shared_ptr<detail::AcceleratorState> state)
-      : loader_(std::move(loader)), state_(std::move(state)) {}
+      std::shared_ptr<detail::AcceleratorState> state,
+      std::optional<data::ShardedSampler> sampler = std::nullopt)
+      : loader_(std::move(loader)),
+        state_(std::move(state)),
+        sampler_(std::move(sampler)) {}
 
   /// Starts an epoch (a new pass over the underlying loader).
   Iterator begin() {
@@ -338,10 +397,16 @@ class PreparedDataLoader {
   Loader& loader() const {
     return *loader_;
   }
+  /// The sampler of a loader built by prepare_data_loader (its epoch and
+  /// position), else nullptr.
+  const data::ShardedSampler* sampler() const {
+    return sampler_ ? &*sampler_ : nullptr;
+  }
 
  private:
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<detail::AcceleratorState> state_;
+  std::optional<data::ShardedSampler> sampler_;
 };
 
 }  // namespace ampkit

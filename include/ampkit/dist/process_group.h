@@ -1,0 +1,109 @@
+// A c10d process group set up from the launcher's environment, with the
+// collectives the Accelerator uses. Failures become ampkit::DistributedError
+// naming the rank that failed; debug mode checks shapes before collectives.
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ampkit/dist/env.h"
+
+namespace ampkit::dist {
+
+enum class ReduceOp { sum, mean, max };
+
+struct GroupOptions {
+  /// How long a rendezvous or a collective may wait for the other
+  /// processes before failing (c10d's default: 30 minutes). It reaches the
+  /// store and the backend.
+  GroupOptions& timeout(std::chrono::milliseconds value) {
+    timeout_ = value;
+    return *this;
+  }
+  std::chrono::milliseconds timeout() const {
+    return timeout_;
+  }
+  /// Before each collective, compare the tensors' shapes across processes
+  /// and fail with every rank's shape instead of hanging.
+  GroupOptions& debug(bool value) {
+    debug_ = value;
+    return *this;
+  }
+  bool debug() const {
+    return debug_;
+  }
+  /// "gloo", "nccl", or "" for NCCL on a CUDA device where LibTorch has it,
+  /// else Gloo.
+  GroupOptions& backend(std::string value) {
+    backend_ = std::move(value);
+    return *this;
+  }
+  const std::string& backend() const {
+    return backend_;
+  }
+
+ private:
+  std::chrono::milliseconds timeout_ = std::chrono::minutes(30);
+  bool debug_ = false;
+  std::string backend_;
+};
+
+/// One process's membership of a distributed run. Create it once per
+/// process, on every process, in the same order as the other collectives.
+class ProcessGroup {
+ public:
+  /// Rendezvous and backend. A single-node run (DistEnv::single_node) meets
+  /// through c10d's FileStore in a private (0700) directory and binds Gloo
+  /// to 127.0.0.1, so it opens no port outside loopback; a multi-node run
+  /// meets at MASTER_ADDR:MASTER_PORT over c10d's TCPStore and warns once
+  /// that this port is unauthenticated.
+  ProcessGroup(const DistEnv& env, const GroupOptions& options, c10::Device device);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int64_t rank() const;
+  int64_t size() const;
+  const DistEnv& env() const;
+  const GroupOptions& options() const;
+  /// "gloo" or "nccl".
+  const std::string& backend() const;
+  /// How the processes met: "FileStore <path>" or "TCPStore <addr>:<port>".
+  const std::string& rendezvous() const;
+
+  void barrier();
+  /// In place; mean divides the sum by size().
+  void all_reduce(torch::Tensor& tensor, ReduceOp op);
+  /// Every process's tensor, in rank order; the shapes must agree.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  /// In place: every process ends with `root`'s tensor.
+  void broadcast(torch::Tensor& tensor, int64_t root = 0);
+  /// Broadcasts many tensors from `root` in few messages (c10d's
+  /// broadcast_coalesced), as DDP does for parameters and buffers.
+  void broadcast_coalesced(const std::vector<torch::Tensor>& tensors, int64_t root = 0);
+  /// Every process's shape of `tensor`; with debug on, each collective
+  /// calls it and throws when they differ.
+  std::vector<std::vector<int64_t>> all_shapes(const torch::Tensor& tensor);
+
+  /// Tells the other processes that this one failed with `message`, so
+  /// that their waits end with an error naming this rank.
+  void report_failure(const std::string& message) noexcept;
+  /// Rethrows the exception being handled; a c10d/Gloo failure becomes a
+  /// DistributedError naming `operation` and the rank that failed, if one
+  /// reported it. Call from inside a catch block.
+  [[noreturn]] void rethrow_explained(const std::string& operation);
+
+  struct Impl;
+  Impl& impl() {
+    return *impl_;
+  }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ampkit::dist

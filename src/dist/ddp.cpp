@@ -1,0 +1,263 @@
+#include "ampkit/dist/ddp.h"
+
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <sstream>
+
+#include "ampkit/error.h"
+#include "dist/compat.h"
+#include "dist/group_impl.h"
+
+namespace ampkit::dist {
+namespace {
+
+constexpr const char* kComponent = "Distributed";
+// DDP's first bucket: small, so the last layers' gradients (ready first)
+// start their all-reduce early.
+constexpr int64_t kFirstBucketBytes = 1024 * 1024;
+
+/// DDP's bf16/fp16 compression hooks: divide, all-reduce in the narrow
+/// type, write back into the fp32 bucket.
+// (On CommHookInterface itself: CppCommHookInterface's inline
+// parseHookResult needs a c10d helper that Debian's libtorch does not
+// export.)
+class CompressionHook : public c10d::CommHookInterface {
+ public:
+  CompressionHook(
+      const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+      at::ScalarType dtype)
+      : state_(group), dtype_(dtype) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(
+      c10d::GradBucket& bucket) override {
+    auto compressed = bucket.getBufferRef().to(dtype_);
+    // Divide first, so that the narrow sum cannot overflow.
+    compressed.div_(state_->getSize());
+    std::vector<at::Tensor> tensors{compressed};
+    auto future = state_->allreduce(tensors)->getFuture();
+    at::Tensor out = bucket.getBufferRef();
+    return future->then(
+        [out](c10::ivalue::Future& done) mutable {
+          out.copy_(done.value().toTensorVector()[0]);
+          return c10::IValue(out);
+        },
+        future->elementType());
+  }
+
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return result.isTensor() ? result.toTensor() : result.toTensorVector()[0];
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> state_;
+  at::ScalarType dtype_;
+};
+
+}  // namespace
+
+struct GradientSynchronizer::Impl {
+  std::shared_ptr<ProcessGroup> group;
+  SyncOptions options;
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> buffers;
+  std::unique_ptr<c10d::Reducer> reducer;
+  size_t num_buckets = 0;
+  // Which parameters got a gradient in the current synchronising backward.
+  std::shared_ptr<std::vector<std::atomic<bool>>> got_grad;
+  std::vector<unsigned> hooks;
+  bool expecting_backward = false;
+  bool require_forward_param_sync = true;
+};
+
+GradientSynchronizer::GradientSynchronizer(
+    std::shared_ptr<ProcessGroup> group,
+    std::vector<std::pair<std::string, torch::Tensor>> parameters,
+    std::vector<torch::Tensor> buffers,
+    SyncOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  if (!group) {
+    throw InvalidArgument(
+        kComponent, "GradientSynchronizer needs a process group, got none.");
+  }
+  if (options.bucket_cap_mb() <= 0) {
+    std::ostringstream v;
+    v << options.bucket_cap_mb();
+    throw InvalidArgument(
+        kComponent,
+        "bucket_cap_mb must be positive, got " + v.str() +
+            ". DDP's default is 25.");
+  }
+  if (auto c = options.compression();
+      c && *c != torch::kBFloat16 && *c != torch::kHalf) {
+    throw InvalidArgument(
+        kComponent,
+        std::string("gradient compression must be bf16 or fp16, got ") +
+            c10::toString(*c) + ".");
+  }
+  im.group = std::move(group);
+  im.options = options;
+  im.buffers = std::move(buffers);
+  for (auto& [name, p] : parameters) {
+    if (p.requires_grad()) {
+      im.names.push_back(name);
+      im.params.push_back(p);
+    }
+  }
+  auto& pg = im.group->impl().pg;
+  // Python DDP's checks and start: the same parameter shapes everywhere,
+  // then rank 0's parameters and buffers on every process.
+  try {
+    c10d::verify_params_across_processes(pg, im.params, {});
+  } catch (...) {
+    im.group->rethrow_explained(
+        "prepare(model): checking that every process has the same model");
+  }
+  std::vector<torch::Tensor> state;
+  for (auto& [name, p] : parameters) {
+    state.push_back(p);
+  }
+  state.insert(state.end(), im.buffers.begin(), im.buffers.end());
+  im.group->broadcast_coalesced(state, 0);
+
+  if (im.params.empty()) {
+    throw UsageError(
+        kComponent,
+        "prepare(model) found no parameter that requires a gradient, so "
+        "there is nothing to synchronise. Prepare the model you train.");
+  }
+  const auto cap = static_cast<int64_t>(options.bucket_cap_mb() * 1024 * 1024);
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+      im.params,
+      {static_cast<size_t>(kFirstBucketBytes), static_cast<size_t>(cap)},
+      std::vector<bool>(im.params.size(), false));
+  // The Reducer expects buckets in the order gradients become ready
+  // (reverse registration order), as Python DDP passes them.
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(limits.begin(), limits.end());
+  im.num_buckets = buckets.size();
+  detail::ReducerArgs args;
+  args.params = im.params;
+  args.bucket_indices = std::move(buckets);
+  args.per_bucket_size_limits = std::move(limits);
+  args.group = pg;
+  args.bucket_bytes_cap = cap;
+  args.find_unused_parameters = options.find_unused_parameters();
+  for (size_t i = 0; i < im.names.size(); ++i) {
+    args.param_names[i] = im.names[i];
+  }
+  args.first_bucket_bytes_cap = cap;
+  im.reducer = detail::make_reducer(std::move(args));
+  if (auto c = options.compression()) {
+    im.reducer->register_comm_hook(std::make_unique<CompressionHook>(pg, *c));
+  }
+  im.got_grad =
+      std::make_shared<std::vector<std::atomic<bool>>>(im.params.size());
+  for (size_t i = 0; i < im.params.size(); ++i) {
+    auto flags = im.got_grad;
+    im.hooks.push_back(im.params[i].register_hook(
+        [flags, i](const torch::Tensor&) { (*flags)[i] = true; }));
+  }
+}
+
+GradientSynchronizer::~GradientSynchronizer() {
+  auto& im = *impl_;
+  for (size_t i = 0; i < im.hooks.size(); ++i) {
+    try {
+      im.params[i].remove_hook(im.hooks[i]);
+    } catch (...) {
+    }
+  }
+}
+
+void GradientSynchronizer::before_forward(bool sync) {
+  auto& im = *impl_;
+  if (!torch::GradMode::is_enabled()) {
+    return;
+  }
+  if (sync) {
+    im.reducer->prepare_for_forward();
+  }
+  // After the first synchronising backward the Reducer re-buckets once, in
+  // the order gradients really arrived (a collective: every rank does it).
+  try {
+    im.reducer->rebuild_buckets();
+  } catch (...) {
+    im.group->rethrow_explained("rebuilding the all-reduce buckets");
+  }
+  if (im.options.broadcast_buffers() && im.require_forward_param_sync &&
+      !im.buffers.empty()) {
+    im.group->broadcast_coalesced(im.buffers, 0);
+  }
+}
+
+void GradientSynchronizer::after_forward(
+    const std::vector<torch::Tensor>& outputs,
+    bool sync) {
+  auto& im = *impl_;
+  if (!torch::GradMode::is_enabled()) {
+    return;
+  }
+  if (!sync) {
+    im.require_forward_param_sync = false;
+    return;
+  }
+  im.require_forward_param_sync = true;
+  for (auto& flag : *im.got_grad) {
+    flag = false;
+  }
+  if (im.options.find_unused_parameters() && outputs.empty()) {
+    throw UsageError(
+        kComponent,
+        "find_unused_parameters needs the forward's output tensors, got a "
+        "model output ampkit cannot look into. Return a tensor, a vector, "
+        "pair or tuple of tensors from forward.");
+  }
+  im.reducer->prepare_for_backward(
+      im.options.find_unused_parameters() ? outputs
+                                          : std::vector<torch::Tensor>{});
+  im.expecting_backward = true;
+}
+
+void GradientSynchronizer::after_backward() {
+  auto& im = *impl_;
+  if (!im.expecting_backward) {
+    return;
+  }
+  im.expecting_backward = false;
+  if (im.options.find_unused_parameters()) {
+    return;
+  }
+  std::string missing;
+  size_t count = 0;
+  for (size_t i = 0; i < im.params.size(); ++i) {
+    if (!(*im.got_grad)[i]) {
+      missing += (count++ ? ", " : "") + im.names[i];
+    }
+  }
+  if (count > 0) {
+    throw UsageError(
+        kComponent,
+        std::to_string(count) + " parameter(s) got no gradient in this "
+            "backward, so their all-reduce never ran and the processes "
+            "would drift apart: " + missing +
+            ". Make every parameter take part in the loss, freeze the "
+            "unused ones (requires_grad false) before prepare(), or set "
+            "AcceleratorOptions().find_unused_parameters(true) (DDP's "
+            "find_unused_parameters, which costs a graph walk per step).");
+  }
+}
+
+size_t GradientSynchronizer::num_buckets() const {
+  return impl_->num_buckets;
+}
+
+const SyncOptions& GradientSynchronizer::options() const {
+  return impl_->options;
+}
+
+}  // namespace ampkit::dist

@@ -1,0 +1,574 @@
+#include "ampkit/dist/process_group.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "ampkit/error.h"
+#include "dist/compat.h"
+#include "dist/group_impl.h"
+
+namespace ampkit::dist {
+namespace {
+
+constexpr const char* kComponent = "Distributed";
+constexpr int kMaxDims = 8;
+
+std::string failure_key(int64_t rank) {
+  return "ampkit/failed/" + std::to_string(rank);
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return out.str();
+}
+
+// ---- single-node rendezvous: a FileStore in a private directory ----------
+
+std::string sanitize(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+            c == '_' || c == '.')
+        ? c
+        : '_';
+  }
+  return out.empty() ? "run" : out.substr(0, 64);
+}
+
+/// A directory only this user can enter, created when missing; anything
+/// else at that path (a symlink, another owner, group/other access) is
+/// refused rather than trusted.
+void ensure_private_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw IoError(
+        kComponent,
+        "cannot create the rendezvous directory " + path + ": " +
+            std::strerror(errno) +
+            ". Set AMPKIT_RDZV_DIR to a writable directory.");
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+    throw IoError(
+        kComponent,
+        "the rendezvous directory " + path +
+            " must be a directory owned by this user with mode 0700 (no "
+            "symlink), got something else. Remove it, or set "
+            "AMPKIT_RDZV_DIR to a private directory.");
+  }
+}
+
+/// The start time of a process (field 22 of /proc/PID/stat), or "" when it
+/// does not exist: a PID alone may be reused.
+std::string process_start_time(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) {
+    return "";
+  }
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+  }
+  return field;
+}
+
+std::string random_nonce() {
+  std::random_device device;
+  std::mt19937_64 gen(
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^
+      static_cast<uint64_t>(
+          std::chrono::steady_clock::now().time_since_epoch().count()));
+  char text[17];
+  std::snprintf(
+      text, sizeof(text), "%016llx", static_cast<unsigned long long>(gen()));
+  return text;
+}
+
+struct FileRendezvous {
+  std::string dir;
+  std::string marker;
+  std::string store_path;
+};
+
+// Rank 0 publishes, in <dir>/owner, its PID, start time and a fresh nonce;
+// the others accept only a marker whose process is alive with that start
+// time, so a marker left by a crashed run is never joined.
+FileRendezvous file_rendezvous(const DistEnv& env, std::chrono::milliseconds timeout) {
+  std::string base;
+  if (const char* d = std::getenv("AMPKIT_RDZV_DIR"); d && *d) {
+    base = d;
+  } else {
+    const char* tmp = std::getenv("XDG_RUNTIME_DIR");
+    if (tmp == nullptr || *tmp == '\0') {
+      tmp = std::getenv("TMPDIR");
+    }
+    base = std::string(tmp && *tmp ? tmp : "/tmp") + "/ampkit-" +
+        std::to_string(::getuid());
+  }
+  ensure_private_dir(base);
+  FileRendezvous r;
+  r.dir = base + "/rdzv-" + sanitize(env.run_id) + "-" +
+      std::to_string(env.master_port);
+  r.marker = r.dir + "/owner";
+  if (env.rank == 0) {
+    ensure_private_dir(r.dir);
+    // Stores of earlier runs with this name are stale: their rank 0 is us.
+    if (DIR* d = ::opendir(r.dir.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.rfind("store-", 0) == 0 || name.rfind("owner.", 0) == 0) {
+          ::unlink((r.dir + "/" + name).c_str());
+        }
+      }
+      ::closedir(d);
+    }
+    const std::string nonce = random_nonce();
+    const long pid = static_cast<long>(::getpid());
+    const std::string tmp = r.marker + "." + std::to_string(pid);
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << pid << ' ' << process_start_time(pid) << ' ' << nonce << '\n';
+      if (!out.flush()) {
+        throw IoError(kComponent, "cannot write the rendezvous marker " + tmp);
+      }
+    }
+    if (::rename(tmp.c_str(), r.marker.c_str()) != 0) {
+      throw IoError(
+          kComponent,
+          "cannot publish the rendezvous marker " + r.marker + ": " +
+              std::strerror(errno));
+    }
+    r.store_path = r.dir + "/store-" + nonce;
+    return r;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string last_seen = "no marker yet";
+  while (true) {
+    std::ifstream in(r.marker);
+    long pid = 0;
+    std::string start, nonce;
+    if (in >> pid >> start >> nonce) {
+      if (process_start_time(pid) == start) {
+        r.store_path = r.dir + "/store-" + nonce;
+        return r;
+      }
+      last_seen = "a stale marker of process " + std::to_string(pid) +
+          ", which is no longer running";
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw DistributedError(
+          kComponent,
+          "rank " + std::to_string(env.rank) + " waited " + seconds(timeout) +
+              " for rank 0 to open the rendezvous " + r.marker + ", got " +
+              last_seen +
+              ". Start all WORLD_SIZE=" + std::to_string(env.world_size) +
+              " processes with the same MASTER_PORT (" +
+              std::to_string(env.master_port) +
+              ") within the timeout, e.g. with `ampkit launch`.");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::atomic<ProcessGroup*> g_active{nullptr};
+std::terminate_handler g_previous_terminate = nullptr;
+
+// An uncaught exception ends the process without unwinding: tell the other
+// ranks why before it goes.
+[[noreturn]] void report_and_terminate() {
+  if (ProcessGroup* group = g_active.load()) {
+    std::string message = "terminated";
+    if (auto current = std::current_exception()) {
+      try {
+        std::rethrow_exception(current);
+      } catch (const std::exception& e) {
+        message = std::string("uncaught exception: ") + e.what();
+      } catch (...) {
+        message = "uncaught exception of unknown type";
+      }
+    }
+    group->report_failure(message);
+  }
+  if (g_previous_terminate != nullptr) {
+    g_previous_terminate();
+  }
+  std::abort();
+}
+
+std::string describe_shape(const std::vector<int64_t>& encoded) {
+  // encoded: ndim, dtype, dims...
+  std::ostringstream out;
+  out << '[';
+  for (int64_t i = 0; i < encoded[0] && i < kMaxDims; ++i) {
+    out << (i ? ", " : "") << encoded[2 + i];
+  }
+  if (encoded[0] > kMaxDims) {
+    out << ", ...";
+  }
+  out << "] " << c10::toString(static_cast<c10::ScalarType>(encoded[1]));
+  return out.str();
+}
+
+}  // namespace
+
+
+ProcessGroup::ProcessGroup(
+    const DistEnv& env,
+    const GroupOptions& options,
+    c10::Device device)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  im.env = env;
+  im.options = options;
+  if (options.timeout().count() <= 0) {
+    throw InvalidArgument(
+        kComponent,
+        "timeout must be positive, got " + seconds(options.timeout()) +
+            ". Pass e.g. std::chrono::minutes(30).");
+  }
+  const std::string& backend = options.backend();
+  if (backend.empty()) {
+    im.backend = device.is_cuda() && detail::nccl_available() ? "nccl" : "gloo";
+  } else if (backend == "gloo" || backend == "nccl") {
+    im.backend = backend;
+  } else {
+    throw InvalidArgument(
+        kComponent,
+        "backend must be gloo or nccl, got '" + backend +
+            "'. Leave it empty to pick NCCL on GPUs and Gloo on CPUs.");
+  }
+  const int rank = static_cast<int>(env.rank);
+  const int size = static_cast<int>(env.world_size);
+  if (env.single_node()) {
+    auto r = file_rendezvous(env, options.timeout());
+    im.rdzv_dir = r.dir;
+    im.marker = env.rank == 0 ? r.marker : "";
+    im.store = c10::make_intrusive<c10d::FileStore>(r.store_path, size);
+    im.rendezvous = "FileStore " + r.store_path;
+  } else {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(env.master_port);
+    o.isServer = env.rank == 0;
+    o.numWorkers = static_cast<size_t>(size);
+    o.waitWorkers = true;
+    o.timeout = options.timeout();
+    if (env.rank == 0) {
+      std::cerr << "ampkit: warning: the rendezvous port " << env.master_addr
+                << ':' << env.master_port
+                << " (c10d TCPStore) is unauthenticated and listens on every "
+                   "interface: make it reachable only by the cluster's "
+                   "machines (firewall, private network)."
+                << std::endl;
+    }
+    try {
+      im.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    } catch (const std::exception& e) {
+      throw DistributedError(
+          kComponent,
+          "rank " + std::to_string(rank) + " could not reach the rendezvous " +
+              env.master_addr + ":" + std::to_string(env.master_port) +
+              " within " + seconds(options.timeout()) + ", got: " + e.what() +
+              ". Check MASTER_ADDR/MASTER_PORT, that rank 0 is running, and "
+              "that the port is open between the machines.");
+    }
+    im.rendezvous = "TCPStore " + env.master_addr + ":" +
+        std::to_string(env.master_port);
+  }
+  im.store->setTimeout(options.timeout());
+  try {
+    if (im.backend == "nccl") {
+      im.pg = detail::make_nccl_group(im.store, rank, size, options.timeout());
+    } else {
+      im.pg = detail::make_gloo_group(
+          im.store, rank, size, options.timeout(),
+          env.single_node() ? "127.0.0.1" : "");
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError(
+        kComponent,
+        "rank " + std::to_string(rank) + " could not connect the " +
+            im.backend + " group of " + std::to_string(size) +
+            " processes within " + seconds(options.timeout()) + " (" +
+            im.rendezvous + "), got: " + e.what() +
+            ". Start every rank of WORLD_SIZE with the same MASTER_PORT.");
+  }
+  ProcessGroup* expected = nullptr;
+  if (g_active.compare_exchange_strong(expected, this)) {
+    g_previous_terminate = std::set_terminate(report_and_terminate);
+  }
+}
+
+ProcessGroup::~ProcessGroup() {
+  auto& im = *impl_;
+  ProcessGroup* self = this;
+  if (g_active.compare_exchange_strong(self, nullptr)) {
+    std::set_terminate(g_previous_terminate);
+  }
+  im.pg.reset();
+  im.store.reset();
+  if (!im.marker.empty()) {
+    ::unlink(im.marker.c_str());
+    ::rmdir(im.rdzv_dir.c_str());
+  }
+}
+
+int64_t ProcessGroup::rank() const {
+  return impl_->env.rank;
+}
+int64_t ProcessGroup::size() const {
+  return impl_->env.world_size;
+}
+const DistEnv& ProcessGroup::env() const {
+  return impl_->env;
+}
+const GroupOptions& ProcessGroup::options() const {
+  return impl_->options;
+}
+const std::string& ProcessGroup::backend() const {
+  return impl_->backend;
+}
+const std::string& ProcessGroup::rendezvous() const {
+  return impl_->rendezvous;
+}
+
+void ProcessGroup::report_failure(const std::string& message) noexcept {
+  auto& im = *impl_;
+  if (im.peer_failed.load() || im.failure_reported.exchange(true) ||
+      !im.store) {
+    return;
+  }
+  try {
+    const std::string text = message.substr(0, 4000);
+    im.store->set(
+        failure_key(im.env.rank), std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (...) {
+    // The store may be gone with rank 0; the others then time out.
+  }
+}
+
+void ProcessGroup::rethrow_explained(const std::string& operation) {
+  auto& im = *impl_;
+  std::string original = "unknown error";
+  const auto current = std::current_exception();
+  try {
+    std::rethrow_exception(current);
+  } catch (const std::exception& e) {
+    original = e.what();
+  } catch (...) {
+  }
+  // The failed rank writes its key before its sockets close; give it a
+  // moment to land.
+  std::string causes;
+  const auto deadline = std::chrono::steady_clock::now() +
+      std::min<std::chrono::milliseconds>(
+          im.options.timeout(), std::chrono::milliseconds(2000));
+  do {
+    for (int64_t r = 0; r < im.env.world_size; ++r) {
+      if (r == im.env.rank) {
+        continue;
+      }
+      try {
+        if (im.store && im.store->check({failure_key(r)})) {
+          const auto bytes = im.store->get(failure_key(r));
+          causes += (causes.empty() ? "" : "; ") + std::string("rank ") +
+              std::to_string(r) + " failed: " +
+              std::string(bytes.begin(), bytes.end());
+        }
+      } catch (...) {
+        // The store itself is unreachable (rank 0 gone over TCPStore).
+      }
+    }
+    if (!causes.empty()) {
+      break;
+    }
+    // Our own error (a debug-mode shape mismatch) needs no waiting.
+    try {
+      std::rethrow_exception(current);
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  if (!causes.empty()) {
+    im.peer_failed = true;
+    throw DistributedError(
+        kComponent,
+        operation + " on rank " + std::to_string(im.env.rank) +
+            " stopped because " + causes + " (the " + im.backend +
+            " error here: " + original + ")");
+  }
+  throw DistributedError(
+      kComponent,
+      operation + " on rank " + std::to_string(im.env.rank) + " failed: " +
+          original +
+          ". No other rank reported an error: one may have been killed, "
+          "stuck past the timeout (" + seconds(im.options.timeout()) +
+          "), or called a different collective; see the other ranks' "
+          "output, and run with debug mode (AMPKIT_DEBUG=1) to compare "
+          "shapes.");
+}
+
+std::vector<std::vector<int64_t>> ProcessGroup::all_shapes(
+    const torch::Tensor& tensor) {
+  auto& im = *impl_;
+  auto mine = torch::full({2 + kMaxDims}, -1, torch::kLong);
+  auto* p = mine.data_ptr<int64_t>();
+  p[0] = tensor.dim();
+  p[1] = static_cast<int64_t>(tensor.scalar_type());
+  for (int64_t i = 0; i < tensor.dim() && i < kMaxDims; ++i) {
+    p[2 + i] = tensor.size(i);
+  }
+  if (im.backend == "nccl") {
+    mine = mine.to(tensor.device());
+  }
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int64_t r = 0; r < im.env.world_size; ++r) {
+    outputs[0].push_back(torch::empty_like(mine));
+  }
+  std::vector<at::Tensor> inputs{mine};
+  try {
+    im.pg->allgather(outputs, inputs)->wait();
+  } catch (...) {
+    rethrow_explained("the debug-mode shape check");
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  for (auto& t : outputs[0]) {
+    auto cpu = t.cpu();
+    shapes.emplace_back(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
+  }
+  return shapes;
+}
+
+namespace {
+void check_same(
+    ProcessGroup& group,
+    const std::string& operation,
+    const torch::Tensor& tensor) {
+  if (!group.options().debug()) {
+    return;
+  }
+  const auto shapes = group.all_shapes(tensor);
+  bool same = true;
+  for (const auto& s : shapes) {
+    same = same && s == shapes[0];
+  }
+  if (same) {
+    return;
+  }
+  std::string list;
+  for (size_t r = 0; r < shapes.size(); ++r) {
+    list += (r ? "; rank " : "rank ") + std::to_string(r) + ": " +
+        describe_shape(shapes[r]);
+  }
+  throw DistributedError(
+      "Distributed",
+      "debug mode: " + operation +
+          " needs the same shape and dtype on every process, got " + list +
+          ". Pad uneven tensors first (pad_across_processes), or make every "
+          "process call the same collective with the same shape.");
+}
+}  // namespace
+
+void ProcessGroup::barrier() {
+  try {
+    impl_->pg->barrier()->wait();
+  } catch (...) {
+    rethrow_explained("wait_for_everyone (barrier)");
+  }
+}
+
+void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  if (op == ReduceOp::mean && !tensor.is_floating_point()) {
+    throw InvalidArgument(
+        kComponent,
+        "all_reduce mean needs a floating tensor, got " +
+            std::string(c10::toString(tensor.scalar_type())) +
+            ". Convert it first (tensor.to(torch::kFloat)).");
+  }
+  check_same(*this, "all_reduce", tensor);
+  try {
+    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    c10d::AllreduceOptions o;
+    o.reduceOp = op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    impl_->pg->allreduce(tensors, o)->wait();
+    if (!tensors[0].is_same(tensor)) {
+      tensor.copy_(tensors[0]);
+    }
+    if (op == ReduceOp::mean) {
+      tensor.div_(static_cast<double>(size()));
+    }
+  } catch (...) {
+    rethrow_explained("all_reduce");
+  }
+}
+
+std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor) {
+  check_same(*this, "gather (all_gather)", tensor);
+  try {
+    std::vector<at::Tensor> inputs{tensor.contiguous()};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int64_t r = 0; r < size(); ++r) {
+      outputs[0].push_back(torch::empty_like(inputs[0]));
+    }
+    impl_->pg->allgather(outputs, inputs)->wait();
+    return outputs[0];
+  } catch (...) {
+    rethrow_explained("gather (all_gather)");
+  }
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int64_t root) {
+  check_same(*this, "broadcast", tensor);
+  try {
+    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    impl_->pg->broadcast(tensors, o)->wait();
+    if (!tensors[0].is_same(tensor)) {
+      tensor.copy_(tensors[0]);
+    }
+  } catch (...) {
+    rethrow_explained("broadcast");
+  }
+}
+
+void ProcessGroup::broadcast_coalesced(
+    const std::vector<torch::Tensor>& tensors,
+    int64_t root) {
+  if (tensors.empty()) {
+    return;
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    // DDP's broadcast bucket: 250 MB.
+    c10d::broadcast_coalesced(
+        impl_->pg, tensors, 250u * 1024u * 1024u, static_cast<int>(root));
+  } catch (...) {
+    rethrow_explained("broadcast of parameters and buffers");
+  }
+}
+
+}  // namespace ampkit::dist

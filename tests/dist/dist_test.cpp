@@ -1,0 +1,235 @@
+// Distributed tests: each starts dist_worker processes on 127.0.0.1 with a
+// free port and the launcher's environment, and waits a bounded time.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef AMPKIT_DIST_WORKER
+#error "AMPKIT_DIST_WORKER must name the worker executable"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Result {
+  int code = -1;   // exit code, or -signal
+  std::string out;  // stdout and stderr
+};
+
+class DistTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+        ("ampkit-dist-test-" + std::to_string(::getpid()) + "-" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+  }
+
+  // Starts `world` workers (world 0: one process without any launcher
+  // variable) and waits at most `limit` for all of them; stragglers are
+  // killed and reported as -SIGKILL.
+  std::vector<Result> run(
+      int world,
+      const std::vector<std::string>& args,
+      std::chrono::seconds limit = std::chrono::seconds(90),
+      std::map<std::string, std::string> extra = {}) {
+    const int port = free_port();
+    const int n = world == 0 ? 1 : world;
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < n; ++rank) {
+      const std::string log = (dir_ / ("rank" + std::to_string(rank) + ".log")).string();
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        std::vector<std::string> env_vars;
+        for (char** e = environ; *e; ++e) {
+          const std::string v = *e;
+          if (v.rfind("RANK=", 0) != 0 && v.rfind("WORLD_SIZE=", 0) != 0) {
+            env_vars.push_back(v);
+          }
+        }
+        env_vars.push_back("AMPKIT_TEST_DIR=" + dir_.string());
+        env_vars.push_back("AMPKIT_RDZV_DIR=" + (dir_ / "rdzv").string());
+        if (world > 0) {
+          env_vars.push_back("RANK=" + std::to_string(rank));
+          env_vars.push_back("WORLD_SIZE=" + std::to_string(world));
+          env_vars.push_back("LOCAL_RANK=" + std::to_string(rank));
+          env_vars.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
+          env_vars.push_back("MASTER_ADDR=127.0.0.1");
+          env_vars.push_back("MASTER_PORT=" + std::to_string(port));
+        }
+        for (const auto& [k, v] : extra) {
+          env_vars.push_back(k + "=" + v);
+        }
+        std::vector<char*> envp;
+        for (auto& v : env_vars) {
+          envp.push_back(v.data());
+        }
+        envp.push_back(nullptr);
+        std::vector<std::string> argv_s{AMPKIT_DIST_WORKER};
+        argv_s.insert(argv_s.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (auto& a : argv_s) {
+          argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        std::freopen(log.c_str(), "w", stdout);
+        ::dup2(::fileno(stdout), 2);
+        ::execve(argv[0], argv.data(), envp.data());
+        std::_Exit(127);
+      }
+      pids.push_back(pid);
+    }
+    std::vector<Result> results(n);
+    std::vector<bool> done(n, false);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int remaining = n;
+    while (remaining > 0) {
+      for (int i = 0; i < n; ++i) {
+        int status = 0;
+        if (!done[i] && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+          done[i] = true;
+          --remaining;
+          results[i].code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (int i = 0; i < n; ++i) {
+          if (!done[i]) {
+            ::kill(pids[i], SIGKILL);
+            int status = 0;
+            ::waitpid(pids[i], &status, 0);
+            results[i].code = -SIGKILL;
+          }
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int i = 0; i < n; ++i) {
+      std::ifstream in(dir_ / ("rank" + std::to_string(i) + ".log"));
+      results[i].out.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    return results;
+  }
+
+  static void expect_all_ok(const std::vector<Result>& results) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      EXPECT_EQ(results[i].code, 0) << "rank " << i << ":\n" << results[i].out;
+    }
+  }
+
+  std::vector<torch::Tensor> load(const std::string& name) {
+    std::vector<torch::Tensor> params;
+    torch::load(params, (dir_ / name).string());
+    return params;
+  }
+
+  void expect_same_training(int64_t accumulation, const std::string& precision, double atol) {
+    const auto one = (dir_ / "one.pt").string();
+    const auto two = (dir_ / "two.pt").string();
+    expect_all_ok(run(0, {"train", one, std::to_string(accumulation), precision}));
+    expect_all_ok(run(2, {"train", two, std::to_string(accumulation), precision}));
+    const auto a = load("one.pt");
+    const auto b = load("two.pt");
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/0, atol))
+          << "parameter " << i << " max diff "
+          << (a[i] - b[i]).abs().max().item<double>();
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(DistTest, TwoProcessesWithHalfBatchesMatchOneProcessFp32) {
+  expect_same_training(1, "no", 1e-6);
+}
+
+TEST_F(DistTest, TwoProcessesMatchOneProcessWithGradientAccumulation) {
+  expect_same_training(2, "no", 1e-6);
+}
+
+// bf16 autocast rounds the matmuls' inputs per process: the two runs agree
+// to bf16's resolution (3 significant digits) after 20 steps.
+TEST_F(DistTest, TwoProcessesMatchOneProcessInBf16WithinBf16Tolerance) {
+  expect_same_training(1, "bf16", 2e-2);
+}
+
+TEST_F(DistTest, CollectivesGiveAccelerateResults) {
+  const auto results = run(2, {"collectives"});
+  expect_all_ok(results);
+  EXPECT_THAT(results[0].out, HasSubstr("collectives ok"));
+  EXPECT_THAT(results[1].out, ::testing::Not(HasSubstr("collectives ok")));
+}
+
+TEST_F(DistTest, DebugModeNamesEveryRanksShapeInsteadOfHanging) {
+  const auto results = run(2, {"debug_mismatch"}, std::chrono::seconds(60));
+  expect_all_ok(results);
+}
+
+TEST_F(DistTest, RankThatThrowsMakesTheOthersFailNamingIt) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run(2, {"rank_fails"}, std::chrono::seconds(60));
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(results[0].code, 3) << results[0].out;
+  EXPECT_THAT(results[0].out, HasSubstr("rank 1 failed"));
+  EXPECT_NE(results[1].code, 0);
+  EXPECT_THAT(results[1].out, HasSubstr("injected failure on rank 1"));
+  EXPECT_LT(seconds, 30) << "the failure took longer than the 15 s timeout";
+}
+
+// ss -tanp after the group formed and gradients were all-reduced: the
+// Gloo pairs are connected over loopback, and nothing of ours listens or
+// connects elsewhere (the worker fails on any non-loopback socket).
+TEST_F(DistTest, SingleNodeRunOpensSocketsOnLoopbackOnly) {
+  const auto results = run(2, {"listen"});
+  expect_all_ok(results);
+  EXPECT_THAT(results[0].out, HasSubstr("socket: ESTAB 127.0.0.1:"));
+  EXPECT_THAT(results[0].out, ::testing::Not(HasSubstr("socket: LISTEN *")));
+  EXPECT_THAT(results[0].out, ::testing::Not(HasSubstr("0.0.0.0")));
+}
+
+TEST_F(DistTest, RendezvousDirectoryIsPrivate) {
+  expect_all_ok(run(2, {"collectives"}));
+  const auto perms = fs::status(dir_ / "rdzv").permissions();
+  EXPECT_EQ(perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+}
+
+}  // namespace

@@ -1,0 +1,280 @@
+// One process of the distributed tests: started by dist_test.cpp with the
+// launcher's environment (RANK, WORLD_SIZE, ...), or with none for the
+// single-process reference. Each scenario checks what it can itself and
+// exits non-zero with a message on stderr when something is wrong.
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "ampkit/ampkit.h"
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(8, 16))),
+        fc2(register_module("fc2", torch::nn::Linear(16, 1))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc2(torch::relu(fc1(x)));
+  }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+// The global batch of step s: the same on every process.
+std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step, int64_t size) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  auto x = torch::randn({size, 8}, gen);
+  auto y = x.sum(1, true).sin();
+  return {x, y};
+}
+
+int fail(const std::string& message) {
+  std::cerr << "dist_worker: " << message << std::endl;
+  return 1;
+}
+
+#define CHECK_OR_FAIL(cond, message)          \
+  do {                                        \
+    if (!(cond)) {                            \
+      return fail(std::string(message));      \
+    }                                         \
+  } while (0)
+
+ampkit::AcceleratorOptions base_options() {
+  return ampkit::AcceleratorOptions().cpu(true).quiet(true).timeout(
+      std::chrono::seconds(20));
+}
+
+// 20 optimizer steps on a global batch of 16, split evenly over the
+// processes; rank 0 saves the final parameters to `out`.
+int train(const std::string& out, int64_t accumulation, const std::string& precision) {
+  ampkit::Accelerator accelerator(base_options()
+                                      .mixed_precision(precision)
+                                      .gradient_accumulation_steps(accumulation));
+  torch::manual_seed(accelerator.process_index() * 7 + 1);  // differ on purpose
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  const int64_t w = accelerator.num_processes();
+  const int64_t rank = accelerator.process_index();
+  const int64_t global = 16;
+  int64_t micro = 0;
+  for (int64_t step = 0; step < 20; ++step) {
+    for (int64_t a = 0; a < accumulation; ++a, ++micro) {
+      auto [x, y] = global_batch(micro, global);
+      const int64_t local = global / w;
+      x = x.narrow(0, rank * local, local);
+      y = y.narrow(0, rank * local, local);
+      auto scope = accelerator.accumulate(model);
+      auto loss = torch::mse_loss(model(x), y);
+      accelerator.backward(loss);
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+  }
+  // Every process must hold the same weights.
+  for (auto& p : net->parameters()) {
+    auto all = accelerator.gather(p.detach().unsqueeze(0));
+    for (int64_t r = 1; r < w; ++r) {
+      CHECK_OR_FAIL(all[r].equal(all[0]), "parameters differ between ranks");
+    }
+  }
+  if (accelerator.is_main_process()) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : net->parameters()) {
+      params.push_back(p.detach().clone());
+    }
+    torch::save(params, out);
+  }
+  accelerator.wait_for_everyone();
+  return 0;
+}
+
+int collectives() {
+  ampkit::Accelerator accelerator(base_options());
+  const int64_t w = accelerator.num_processes();
+  const int64_t r = accelerator.process_index();
+  CHECK_OR_FAIL(w == 2, "collectives expects 2 processes");
+  // gather: dim 0 concatenation, 0-dim becomes [w].
+  auto g = accelerator.gather(torch::full({2, 3}, static_cast<float>(r)));
+  CHECK_OR_FAIL(g.sizes() == torch::IntArrayRef({4, 3}), "gather shape");
+  CHECK_OR_FAIL(g[0][0].item<float>() == 0 && g[3][2].item<float>() == 1, "gather values");
+  auto g0 = accelerator.gather(torch::tensor(static_cast<float>(r + 1)));
+  CHECK_OR_FAIL(g0.sizes() == torch::IntArrayRef({2}) && g0[1].item<float>() == 2, "gather 0-dim");
+  // reduce: sum, mean (integers averaged in float), max.
+  auto v = torch::tensor({static_cast<float>(r + 1), 10.0f * (r + 1)});
+  CHECK_OR_FAIL(accelerator.reduce(v, ampkit::Reduction::sum).equal(torch::tensor({3.0f, 30.0f})), "reduce sum");
+  CHECK_OR_FAIL(accelerator.reduce(v, ampkit::Reduction::mean).equal(torch::tensor({1.5f, 15.0f})), "reduce mean");
+  CHECK_OR_FAIL(accelerator.reduce(v, ampkit::Reduction::max).equal(torch::tensor({2.0f, 20.0f})), "reduce max");
+  auto mi = accelerator.reduce(torch::tensor({r + 2}), ampkit::Reduction::mean);
+  CHECK_OR_FAIL(mi.is_floating_point() && mi.item<float>() == 2.5f, "reduce mean of integers");
+  CHECK_OR_FAIL(v.equal(torch::tensor({static_cast<float>(r + 1), 10.0f * (r + 1)})), "reduce changed its input");
+  // broadcast from process 1.
+  auto b = accelerator.broadcast(torch::full({3}, static_cast<float>(r)), 1);
+  CHECK_OR_FAIL(b.equal(torch::ones({3})), "broadcast");
+  // pad_across_processes: rank 0 has 2 rows, rank 1 has 3.
+  auto uneven = torch::full({2 + r, 2}, static_cast<float>(r + 1));
+  auto padded = accelerator.pad_across_processes(uneven, 0, -1);
+  CHECK_OR_FAIL(padded.size(0) == 3, "pad_across_processes size");
+  if (r == 0) {
+    CHECK_OR_FAIL(padded[2][0].item<float>() == -1 && padded[0][0].item<float>() == 1, "pad at the end");
+    auto first = accelerator.pad_across_processes(uneven, 0, -1, true);
+    CHECK_OR_FAIL(first[0][0].item<float>() == -1 && first[1][0].item<float>() == 1, "pad_first");
+  } else {
+    accelerator.pad_across_processes(uneven, 0, -1, true);
+  }
+  CHECK_OR_FAIL(accelerator.gather(padded).size(0) == 6, "gather after padding");
+  // split_between_processes: 5 items -> [0,1,2] and [3,4].
+  std::vector<int> items{0, 1, 2, 3, 4};
+  auto share = accelerator.split_between_processes(items);
+  CHECK_OR_FAIL(share == (r == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 4}), "split_between_processes");
+  auto padded_share = accelerator.split_between_processes(items, true);
+  CHECK_OR_FAIL(padded_share.size() == 3, "split_between_processes padding");
+  // main_process_first: the main process's scope finishes before the
+  // others' start.
+  const std::string marker = std::string(std::getenv("AMPKIT_TEST_DIR")) + "/main_first";
+  {
+    auto scope = accelerator.main_process_first();
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::ofstream(marker) << "done";
+    } else {
+      CHECK_OR_FAIL(std::ifstream(marker).good(), "main_process_first: rank 1 ran before rank 0 finished");
+    }
+  }
+  // Triggers: rank 1 sets it; both see it once.
+  CHECK_OR_FAIL(!accelerator.check_trigger(), "trigger set too early");
+  if (r == 1) {
+    accelerator.set_trigger();
+  }
+  CHECK_OR_FAIL(accelerator.check_trigger(), "check_trigger missed rank 1's trigger");
+  CHECK_OR_FAIL(!accelerator.check_trigger(), "check_trigger did not reset");
+  accelerator.wait_for_everyone();
+  accelerator.print("collectives ok");
+  return 0;
+}
+
+int debug_mismatch() {
+  ampkit::Accelerator accelerator(base_options().debug(true));
+  const int64_t r = accelerator.process_index();
+  try {
+    accelerator.gather(torch::zeros({r + 1, 3}));
+  } catch (const ampkit::DistributedError& e) {
+    const std::string m = e.what();
+    std::cout << m << std::endl;
+    CHECK_OR_FAIL(m.find("rank 0: [1, 3] Float") != std::string::npos &&
+                      m.find("rank 1: [2, 3] Float") != std::string::npos,
+                  "the debug-mode error does not list both shapes: " + m);
+    return 0;
+  }
+  return fail("debug mode let mismatched shapes through");
+}
+
+// Rank 1 throws out of main after two steps; rank 0 keeps training and must
+// get an error naming rank 1 well within the timeout.
+int rank_fails() {
+  ampkit::Accelerator accelerator(base_options().timeout(std::chrono::seconds(15)));
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), 0.01);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  for (int64_t step = 0; step < 1000; ++step) {
+    if (accelerator.process_index() == 1 && step == 2) {
+      throw std::runtime_error("injected failure on rank 1 at step 2");
+    }
+    auto [x, y] = global_batch(step, 8);
+    try {
+      accelerator.backward(torch::mse_loss(model(x), y));
+    } catch (const ampkit::DistributedError& e) {
+      const std::string m = e.what();
+      std::cout << m << std::endl;
+      CHECK_OR_FAIL(m.find("rank 1 failed") != std::string::npos &&
+                        m.find("injected failure on rank 1") != std::string::npos,
+                    "the error does not name rank 1's failure: " + m);
+      return 3;
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  return fail("rank 0 finished although rank 1 failed");
+}
+
+// Every TCP socket of this run's processes (listening or connected) is on
+// loopback.
+int listen_loopback() {
+  ampkit::Accelerator accelerator(base_options());
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), 0.01);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto [x, y] = global_batch(0, 8);
+  accelerator.backward(torch::mse_loss(model(x), y));
+  auto pids = accelerator.gather(torch::tensor({static_cast<int64_t>(::getpid())}));
+  int status = 0;
+  if (accelerator.is_main_process()) {
+    FILE* ss = ::popen("ss -tanpH 2>&1", "r");
+    CHECK_OR_FAIL(ss != nullptr, "cannot run ss");
+    char line[4096];
+    int ours = 0;
+    while (std::fgets(line, sizeof(line), ss) != nullptr) {
+      const std::string l = line;
+      bool mine = false;
+      for (int64_t i = 0; i < pids.numel(); ++i) {
+        mine = mine || l.find("pid=" + std::to_string(pids[i].item<int64_t>()) + ",") != std::string::npos;
+      }
+      if (!mine) {
+        continue;
+      }
+      ++ours;
+      std::istringstream fields(l);
+      std::string state, recvq, sendq, local;
+      fields >> state >> recvq >> sendq >> local;
+      std::cout << "socket: " << state << ' ' << local << std::endl;
+      if (local.rfind("127.", 0) != 0 && local.rfind("[::1]", 0) != 0) {
+        std::cerr << "dist_worker: a socket outside loopback: " << l;
+        status = 1;
+      }
+    }
+    ::pclose(ss);
+    if (ours == 0) {
+      std::cout << "socket: none" << std::endl;
+    }
+  }
+  accelerator.wait_for_everyone();
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  torch::set_num_threads(1);
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  try {
+    if (scenario == "train" && argc == 5) {
+      return train(argv[2], std::stoll(argv[3]), argv[4]);
+    }
+    if (scenario == "collectives") {
+      return collectives();
+    }
+    if (scenario == "debug_mismatch") {
+      return debug_mismatch();
+    }
+    if (scenario == "listen") {
+      return listen_loopback();
+    }
+  } catch (const std::exception& e) {
+    return fail(std::string("unexpected exception: ") + e.what());
+  }
+  if (scenario == "rank_fails") {
+    return rank_fails();  // rank 1's exception leaves main on purpose
+  }
+  std::cerr << "usage: dist_worker train OUT ACCUMULATION PRECISION | "
+               "collectives | debug_mismatch | rank_fails | listen\n";
+  return 2;
+}
