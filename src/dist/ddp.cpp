@@ -147,12 +147,30 @@ GradientSynchronizer::GradientSynchronizer(
   args.group = pg;
   args.bucket_bytes_cap = cap;
   args.find_unused_parameters = options.find_unused_parameters();
+  // Gradients live in the buckets (Python DDP's gradient_as_bucket_view):
+  // two fewer copies of every gradient per step. Measured on the
+  // fashion_mnist CNN, 2 processes against 1: 1.56x without, 1.76-1.93x
+  // with (bench/dist_bench.sh).
+  args.gradient_as_bucket_view = true;
   for (size_t i = 0; i < im.names.size(); ++i) {
     args.param_names[i] = im.names[i];
   }
   args.first_bucket_bytes_cap = cap;
   im.reducer = detail::make_reducer(std::move(args));
   if (auto c = options.compression()) {
+    // Gloo gained bf16 only in later LibTorch releases: ask it once, on
+    // every rank, rather than fail in the middle of the first backward.
+    try {
+      std::vector<at::Tensor> probe{torch::zeros({1}, torch::TensorOptions().dtype(*c).device(im.params[0].device()))};
+      pg->allreduce(probe)->wait();
+    } catch (const std::exception& e) {
+      throw Unsupported(
+          kComponent,
+          std::string("gradient compression to ") + c10::toString(*c) +
+              " needs a backend that all-reduces that type; this LibTorch's " +
+              im.group->backend() + " does not (" + e.what() +
+              "). Use fp16 compression, or none.");
+    }
     im.reducer->register_comm_hook(std::make_unique<CompressionHook>(pg, *c));
   }
   im.got_grad =

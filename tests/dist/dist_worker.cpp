@@ -55,10 +55,12 @@ ampkit::AcceleratorOptions base_options() {
 
 // 20 optimizer steps on a global batch of 16, split evenly over the
 // processes; rank 0 saves the final parameters to `out`.
-int train(const std::string& out, int64_t accumulation, const std::string& precision) {
+int train(const std::string& out, int64_t accumulation, const std::string& precision,
+          const std::string& compression) {
   ampkit::Accelerator accelerator(base_options()
                                       .mixed_precision(precision)
-                                      .gradient_accumulation_steps(accumulation));
+                                      .gradient_accumulation_steps(accumulation)
+                                      .gradient_compression(ampkit::parse_precision(compression)));
   torch::manual_seed(accelerator.process_index() * 7 + 1);  // differ on purpose
   Net net;
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -95,6 +97,101 @@ int train(const std::string& out, int64_t accumulation, const std::string& preci
     torch::save(params, out);
   }
   accelerator.wait_for_everyone();
+  return 0;
+}
+
+// A dataset of its own indices.
+struct Indices : torch::data::datasets::Dataset<Indices, torch::data::Example<>> {
+  explicit Indices(size_t n) : n(n) {}
+  torch::data::Example<> get(size_t i) override {
+    return {torch::tensor({static_cast<int64_t>(i)}), torch::tensor(0)};
+  }
+  torch::optional<size_t> size() const override {
+    return n;
+  }
+  size_t n;
+};
+
+// 10 samples, batch 3 on 2 processes: the last step is padded with two
+// repeats, which gather_for_metrics drops.
+int metrics() {
+  ampkit::Accelerator accelerator(base_options());
+  auto loader = accelerator.prepare_data_loader(
+      Indices(10).map(torch::data::transforms::Stack<>()),
+      torch::data::DataLoaderOptions(3),
+      ampkit::data::ShardedSamplerOptions().shuffle(false));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<torch::Tensor> kept, all;
+    for (auto& batch : loader) {
+      kept.push_back(accelerator.gather_for_metrics(batch.data));
+      all.push_back(accelerator.gather(batch.data));
+    }
+    auto k = torch::cat(kept).flatten();
+    CHECK_OR_FAIL(k.equal(torch::arange(10)), "gather_for_metrics kept duplicates or lost samples");
+    CHECK_OR_FAIL(torch::cat(all).numel() == 12, "gather should keep the padded 12");
+  }
+  accelerator.print("metrics ok");
+  return 0;
+}
+
+// With accumulation, micro-steps keep local gradients (no all-reduce);
+// the synchronising step averages them.
+int micro_steps() {
+  ampkit::Accelerator accelerator(base_options().gradient_accumulation_steps(2));
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), 0.01);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  const int64_t r = accelerator.process_index();
+  for (int64_t micro = 0; micro < 2; ++micro) {
+    auto [x, y] = global_batch(micro, 8);
+    x = x.narrow(0, r * 4, 4);
+    y = y.narrow(0, r * 4, 4);
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(torch::mse_loss(model(x), y));
+    auto g = accelerator.gather(net->fc1->weight.grad().unsqueeze(0));
+    if (micro == 0) {
+      CHECK_OR_FAIL(!accelerator.sync_gradients() && !g[0].equal(g[1]),
+                    "a micro-step all-reduced the gradients");
+    } else {
+      CHECK_OR_FAIL(accelerator.sync_gradients() && g[0].equal(g[1]),
+                    "the synchronising step did not average the gradients");
+    }
+  }
+  return 0;
+}
+
+struct TwoHeadsImpl : torch::nn::Module {
+  TwoHeadsImpl()
+      : used(register_module("used", torch::nn::Linear(8, 1))),
+        unused(register_module("unused", torch::nn::Linear(8, 1))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return used(x);
+  }
+  torch::nn::Linear used, unused;
+};
+TORCH_MODULE(TwoHeads);
+
+int unused_parameters(bool allow) {
+  ampkit::Accelerator accelerator(base_options().find_unused_parameters(allow));
+  TwoHeads net;
+  torch::optim::SGD sgd(net->parameters(), 0.01);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto [x, y] = global_batch(accelerator.process_index(), 8);
+  try {
+    accelerator.backward(torch::mse_loss(model(x), y));
+  } catch (const ampkit::UsageError& e) {
+    const std::string m = e.what();
+    std::cout << m << std::endl;
+    CHECK_OR_FAIL(!allow, "find_unused_parameters(true) still failed: " + m);
+    CHECK_OR_FAIL(m.find("unused.weight, unused.bias") != std::string::npos &&
+                      m.find("find_unused_parameters(true)") != std::string::npos,
+                  "the error does not name the unused parameters: " + m);
+    return 0;
+  }
+  CHECK_OR_FAIL(allow, "a parameter without gradient went unreported");
+  optimizer.step();
+  auto g = accelerator.gather(net->used->weight.detach().unsqueeze(0));
+  CHECK_OR_FAIL(g[0].equal(g[1]), "used parameters differ after the step");
   return 0;
 }
 
@@ -256,8 +353,20 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   const std::string scenario = argc > 1 ? argv[1] : "";
   try {
-    if (scenario == "train" && argc == 5) {
-      return train(argv[2], std::stoll(argv[3]), argv[4]);
+    if (scenario == "train" && (argc == 5 || argc == 6)) {
+      return train(argv[2], std::stoll(argv[3]), argv[4], argc == 6 ? argv[5] : "no");
+    }
+    if (scenario == "metrics") {
+      return metrics();
+    }
+    if (scenario == "micro_steps") {
+      return micro_steps();
+    }
+    if (scenario == "unused") {
+      return unused_parameters(false);
+    }
+    if (scenario == "unused_allowed") {
+      return unused_parameters(true);
     }
     if (scenario == "collectives") {
       return collectives();
@@ -274,7 +383,8 @@ int main(int argc, char** argv) {
   if (scenario == "rank_fails") {
     return rank_fails();  // rank 1's exception leaves main on purpose
   }
-  std::cerr << "usage: dist_worker train OUT ACCUMULATION PRECISION | "
+  std::cerr << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
+               "metrics | micro_steps | unused | unused_allowed | "
                "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;
 }
