@@ -161,8 +161,11 @@ int run(const Args& args) {
   if (args.max_steps > 0) {
     total_steps = std::min(total_steps, args.max_steps);
   }
+  // accelerate's rule: a prepared scheduler advances num_processes times
+  // per optimizer step, so it is sized as for one process.
+  const int64_t schedule_steps = total_steps * accelerator.num_processes();
   ampkit::optim::CosineWithWarmup cosine(
-      adamw, std::max<int64_t>(1, total_steps / 20), total_steps);
+      adamw, std::max<int64_t>(1, schedule_steps / 20), schedule_steps);
   auto [model, optimizer, scheduler] = accelerator.prepare(net, adamw, cosine);
   // Each process reads its shard of every epoch (one process: all of it),
   // reshuffled from the seed and the epoch.
