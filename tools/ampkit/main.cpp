@@ -20,6 +20,7 @@
 #include "ampkit/diag/hints.h"
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
+#include "ampkit/utils/memory_estimate.h"
 #include "ampkit/version.h"
 
 namespace {
@@ -320,7 +321,48 @@ int main(int argc, char** argv) {
       "and the config file in effect.");
   env->add_option(flags("config-file"), env_args.config_file, config_file_help);
 
+  std::string estimate_params;
+  std::string estimate_optimizer = "adamw";
+  std::string estimate_precision;
+  CLI::App* estimate = app.add_subcommand(
+      "estimate-memory",
+      "Estimate the training memory of a model's weights, gradients, "
+      "optimizer state and fp32 master weights, per precision (activations "
+      "excluded). no: 4+4 bytes per parameter; fp16/bf16 under autocast: 2 "
+      "(half copies) + 4+2 (gradients) + 4 (fp32 master); optimizer state in "
+      "fp32: adamw 8, sgd 4.");
+  estimate
+      ->add_option(
+          flags("params"), estimate_params,
+          "the parameter count, with an optional K, M or B suffix (7B)")
+      ->required();
+  estimate
+      ->add_option(flags("optimizer"), estimate_optimizer,
+                   "adamw or sgd (with momentum); default adamw")
+      ->check(CLI::IsMember({"adamw", "sgd"}));
+  estimate
+      ->add_option(flags("mixed-precision"), estimate_precision,
+                   "no, fp16 or bf16 (default: all three)")
+      ->check(CLI::IsMember({"no", "fp16", "bf16"}));
+
   CLI11_PARSE(app, argc, argv);
+  if (estimate->parsed()) {
+    try {
+      const int64_t n = ampkit::parse_parameter_count(estimate_params);
+      std::vector<ampkit::MemoryEstimate> rows;
+      for (const char* p : {"no", "bf16", "fp16"}) {
+        if (estimate_precision.empty() || estimate_precision == p) {
+          rows.push_back(ampkit::estimate_memory(
+              n, estimate_optimizer, ampkit::parse_precision(p)));
+        }
+      }
+      std::cout << ampkit::memory_table(n, rows);
+      return 0;
+    } catch (const std::exception& e) {
+      print_error("estimate-memory", e);
+      return 1;
+    }
+  }
   if (config->parsed()) {
     if (config_sub_args.config_file.empty()) {
       config_sub_args.config_file = config_args.config_file;

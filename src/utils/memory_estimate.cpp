@@ -1,0 +1,133 @@
+#include "ampkit/utils/memory_estimate.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+#include "ampkit/error.h"
+
+namespace ampkit {
+namespace {
+constexpr const char* kComponent = "MemoryEstimate";
+}  // namespace
+
+MemoryEstimate estimate_memory(
+    int64_t parameters,
+    const std::string& optimizer,
+    Precision precision) {
+  if (parameters <= 0) {
+    throw InvalidArgument(
+        kComponent,
+        "the parameter count must be positive, got " +
+            std::to_string(parameters) + ". Pass e.g. --params 7B.");
+  }
+  if (precision == Precision::automatic) {
+    throw InvalidArgument(
+        kComponent,
+        "mixed_precision must be no, fp16 or bf16, got auto. Name the "
+        "precision to estimate.");
+  }
+  const int64_t n = parameters;
+  MemoryEstimate e;
+  e.precision = precision;
+  if (optimizer == "adamw") {
+    e.optimizer_state = 8 * n;
+  } else if (optimizer == "sgd") {
+    e.optimizer_state = 4 * n;
+  } else {
+    throw InvalidArgument(
+        kComponent,
+        "optimizer must be adamw or sgd, got '" + optimizer + "'.");
+  }
+  if (precision == Precision::no) {
+    e.weights = 4 * n;
+    e.gradients = 4 * n;
+  } else {
+    e.weights = 2 * n;
+    e.master_weights = 4 * n;
+    e.gradients = 6 * n;
+  }
+  return e;
+}
+
+int64_t parse_parameter_count(const std::string& text) {
+  const auto bad = [&text]() {
+    return InvalidArgument(
+        kComponent,
+        "--params must be a count with an optional K, M or B suffix, got '" +
+            text + "'. Examples: 350M, 1.5B, 125000.");
+  };
+  if (text.empty()) {
+    throw bad();
+  }
+  double scale = 1;
+  std::string number = text;
+  switch (std::toupper(static_cast<unsigned char>(text.back()))) {
+    case 'K':
+      scale = 1e3;
+      break;
+    case 'M':
+      scale = 1e6;
+      break;
+    case 'B':
+      scale = 1e9;
+      break;
+    default:
+      break;
+  }
+  if (scale != 1) {
+    number.pop_back();
+  }
+  if (number.empty() ||
+      number.find_first_not_of("0123456789.") != std::string::npos ||
+      number.find('.') != number.rfind('.')) {
+    throw bad();
+  }
+  const double value = std::stod(number) * scale;
+  if (!(value >= 1) || value > 1e15) {
+    throw bad();
+  }
+  return static_cast<int64_t>(std::llround(value));
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return out;
+}
+
+std::string memory_table(int64_t parameters, const std::vector<MemoryEstimate>& rows) {
+  std::ostringstream out;
+  out << "Training memory for " << parameters
+      << " parameters (activations and the allocator's overhead excluded)\n";
+  const char* header[] = {"precision", "weights", "gradients",
+                          "optimizer state", "fp32 master weights", "total"};
+  const int width[] = {10, 12, 12, 16, 20, 12};
+  for (int i = 0; i < 6; ++i) {
+    out << std::left << std::setw(width[i]) << header[i];
+  }
+  out << '\n';
+  for (const auto& r : rows) {
+    const std::string cells[] = {
+        to_string(r.precision), format_bytes(r.weights),
+        format_bytes(r.gradients), format_bytes(r.optimizer_state),
+        r.master_weights ? format_bytes(r.master_weights) : "-",
+        format_bytes(r.total())};
+    for (int i = 0; i < 6; ++i) {
+      out << std::left << std::setw(width[i]) << cells[i];
+    }
+    out << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace ampkit
