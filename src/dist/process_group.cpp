@@ -327,9 +327,12 @@ ProcessGroup::~ProcessGroup() {
     std::set_terminate(g_previous_terminate);
   }
   im.pg.reset();
-  im.store.reset();
+  im.store.reset();  // the last FileStore out deletes the store file
   if (!im.marker.empty()) {
     ::unlink(im.marker.c_str());
+  }
+  if (!im.rdzv_dir.empty()) {
+    // Succeeds for whichever rank leaves the directory empty.
     ::rmdir(im.rdzv_dir.c_str());
   }
 }

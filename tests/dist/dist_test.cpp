@@ -254,6 +254,12 @@ TEST_F(DistTest, RankThatThrowsMakesTheOthersFailNamingIt) {
   EXPECT_LT(seconds, 30) << "the failure took longer than the 15 s timeout";
 }
 
+TEST_F(DistTest, TimeoutReachesTheBackendWhenARankNeverJoins) {
+  const auto results = run(2, {"rank_hangs"}, std::chrono::seconds(60));
+  EXPECT_EQ(results[0].code, 3) << results[0].out;
+  EXPECT_EQ(results[1].code, 0) << results[1].out;
+}
+
 // ss -tanp after the group formed and gradients were all-reduced: the
 // Gloo pairs are connected over loopback, and nothing of ours listens or
 // connects elsewhere (the worker fails on any non-loopback socket).
@@ -265,10 +271,12 @@ TEST_F(DistTest, SingleNodeRunOpensSocketsOnLoopbackOnly) {
   EXPECT_THAT(results[0].out, ::testing::Not(HasSubstr("0.0.0.0")));
 }
 
-TEST_F(DistTest, RendezvousDirectoryIsPrivate) {
+TEST_F(DistTest, RendezvousDirectoryIsPrivateAndRemovedAfterTheRun) {
   expect_all_ok(run(2, {"collectives"}));
   const auto perms = fs::status(dir_ / "rdzv").permissions();
   EXPECT_EQ(perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+  // The run cleans up after itself: no marker, store or run directory left.
+  EXPECT_TRUE(fs::is_empty(dir_ / "rdzv"));
 }
 
 }  // namespace

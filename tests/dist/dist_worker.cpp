@@ -303,6 +303,33 @@ int rank_fails() {
   return fail("rank 0 finished although rank 1 failed");
 }
 
+// Rank 1 stays away from the collective; rank 0's gather must fail once
+// the 4 s timeout has passed (it reaches Gloo), saying nobody reported.
+int rank_hangs() {
+  ampkit::Accelerator accelerator(base_options().timeout(std::chrono::seconds(4)));
+  const std::string done = std::string(std::getenv("AMPKIT_TEST_DIR")) + "/rank0_done";
+  if (accelerator.process_index() == 1) {
+    for (int i = 0; i < 300 && !std::ifstream(done).good(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    accelerator.gather(torch::ones({2}));
+  } catch (const ampkit::DistributedError& e) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::ofstream(done) << "done";
+    const std::string m = e.what();
+    std::cout << m << "\nwaited " << waited << " s" << std::endl;
+    CHECK_OR_FAIL(waited >= 3.5 && waited < 15, "the timeout did not hold: " + std::to_string(waited) + " s");
+    CHECK_OR_FAIL(m.find("No other rank reported an error") != std::string::npos, "unexpected message: " + m);
+    return 3;
+  }
+  std::ofstream(done) << "done";
+  return fail("the gather returned although rank 1 never joined");
+}
+
 // Every TCP socket of this run's processes (listening or connected) is on
 // loopback.
 int listen_loopback() {
@@ -374,6 +401,9 @@ int main(int argc, char** argv) {
     if (scenario == "debug_mismatch") {
       return debug_mismatch();
     }
+    if (scenario == "rank_hangs") {
+      return rank_hangs();
+    }
     if (scenario == "listen") {
       return listen_loopback();
     }
@@ -384,7 +414,7 @@ int main(int argc, char** argv) {
     return rank_fails();  // rank 1's exception leaves main on purpose
   }
   std::cerr << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
-               "metrics | micro_steps | unused | unused_allowed | "
+               "metrics | micro_steps | unused | unused_allowed | rank_hangs | "
                "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;
 }
