@@ -6,10 +6,12 @@
 #include <sys/utsname.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "ampkit/config/config.h"
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
+#include "ampkit/dist/launcher.h"
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
 #include "ampkit/utils/memory_estimate.h"
@@ -345,7 +348,93 @@ int main(int argc, char** argv) {
                    "no, fp16 or bf16 (default: all three)")
       ->check(CLI::IsMember({"no", "fp16", "bf16"}));
 
+  ampkit::dist::LaunchOptions launch_options;
+  std::string launch_config_file;
+  std::string launch_precision;
+  double monitor_interval = 0.1;
+  CLI::App* launch = app.add_subcommand(
+      "launch",
+      "Run PROGRAM [ARGS...] as the processes of a distributed run (each "
+      "with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, "
+      "MASTER_PORT), output prefixed with the rank. Values come from the "
+      "flags, else the config file, else the defaults (listed in a warning).");
+  launch->prefix_command();
+  std::map<std::string, CLI::Option*> given;
+  given["config_file"] = launch->add_option(flags("config-file"), launch_config_file, config_file_help);
+  given["num_processes"] = launch->add_option(flags("num-processes"), launch_options.num_processes, "processes over all machines");
+  given["num_machines"] = launch->add_option(flags("num-machines"), launch_options.num_machines, "machines");
+  given["machine_rank"] = launch->add_option(flags("machine-rank"), launch_options.machine_rank, "this machine's index");
+  given["main_process_ip"] = launch->add_option(flags("main-process-ip"), launch_options.main_process_ip, "the address of machine 0");
+  given["main_process_port"] = launch->add_option(flags("main-process-port"), launch_options.main_process_port, "its port; 0 picks a free one (one machine)");
+  given["mixed_precision"] = launch->add_option(flags("mixed-precision"), launch_precision, "no, fp16, bf16 or auto")
+      ->check(CLI::IsMember({"no", "fp16", "bf16", "auto"}));
+  given["use_cpu"] = launch->add_flag(flags("cpu"), launch_options.cpu, "train on the CPU");
+  given["multi_gpu"] = launch->add_flag(flags("multi-gpu"), "one process per GPU (accelerate's flag; the processes come from --num_processes)");
+  given["gpu_ids"] = launch->add_option(flags("gpu-ids"), "GPUs to use (sets CUDA_VISIBLE_DEVICES)");
+  given["gradient_accumulation_steps"] = launch->add_option(flags("gradient-accumulation-steps"), launch_options.gradient_accumulation_steps, "micro-batches per step");
+  given["debug"] = launch->add_flag(flags("debug"), launch_options.debug, "shape checks before collectives");
+  launch->add_flag(flags("tee"), launch_options.tee, "with --log_dir, print the lines too");
+  launch->add_option(flags("log-dir"), launch_options.log_dir, "one rank_<r>.log per worker");
+  launch->add_option(flags("max-restarts"), launch_options.max_restarts, "restarts of the group after a failure");
+  launch->add_option(flags("monitor-interval"), monitor_interval, "seconds between checks of the workers");
+  launch->add_flag("-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
+
   CLI11_PARSE(app, argc, argv);
+  if (launch->parsed()) {
+    try {
+      launch_options.command = launch->remaining();
+      launch_options.monitor_interval = std::chrono::milliseconds(
+          static_cast<int64_t>(std::max(0.01, monitor_interval) * 1000));
+      if (auto* ids = given["gpu_ids"]; ids->count() > 0) {
+        ::setenv("CUDA_VISIBLE_DEVICES", ids->as<std::string>().c_str(), 1);
+      }
+      // Precedence: flag > config file > default.
+      const std::string path = launch_config_file.empty()
+          ? ampkit::config::default_config_path() : launch_config_file;
+      std::vector<std::string> defaults;
+      if (std::filesystem::exists(path)) {
+        const auto c = ampkit::config::load_config(path);
+        auto from = [&](const char* key, auto& field, auto value) {
+          if (given[key]->count() == 0) {
+            field = value;
+          }
+        };
+        from("num_processes", launch_options.num_processes, c.num_processes);
+        from("num_machines", launch_options.num_machines, c.num_machines);
+        from("machine_rank", launch_options.machine_rank, c.machine_rank);
+        if (!c.main_process_ip.empty()) {
+          from("main_process_ip", launch_options.main_process_ip, c.main_process_ip);
+        }
+        from("main_process_port", launch_options.main_process_port, static_cast<int>(c.main_process_port));
+        from("mixed_precision", launch_precision, ampkit::to_string(c.mixed_precision));
+        from("use_cpu", launch_options.cpu, c.use_cpu);
+        from("gradient_accumulation_steps", launch_options.gradient_accumulation_steps, c.gradient_accumulation_steps);
+        from("debug", launch_options.debug, c.debug);
+      } else {
+        const std::pair<const char*, const char*> keys[] = {
+            {"num_processes", "1"}, {"num_machines", "1"}, {"mixed_precision", "no"}};
+        for (const auto& [key, value] : keys) {
+          if (given[key]->count() == 0) {
+            defaults.push_back(std::string(key) + "=" + value);
+          }
+        }
+      }
+      launch_options.mixed_precision = launch_precision;
+      if (!defaults.empty() && !launch_options.quiet) {
+        std::string list;
+        for (const auto& d : defaults) {
+          list += (list.empty() ? "" : ", ") + d;
+        }
+        std::cerr << "ampkit launch: warning: no config file at " << path
+                  << "; using the defaults " << list
+                  << ". Run `ampkit config` to write one, or pass the flags.\n";
+      }
+      return ampkit::dist::launch(launch_options, std::cout, std::cerr);
+    } catch (const std::exception& e) {
+      print_error("launch", e);
+      return 1;
+    }
+  }
   if (estimate->parsed()) {
     try {
       const int64_t n = ampkit::parse_parameter_count(estimate_params);

@@ -1,12 +1,10 @@
 // The sampler of distributed training: each process reads a disjoint shard
-// of every epoch, reshuffled from seed + epoch (torch's DistributedSampler),
-// cut into batches as accelerate's BatchSamplerShard does, so that the
-// processes' batches of one step, gathered in rank order, are the global
-// batch in order.
+// of every epoch, reshuffled from seed + epoch (torch's DistributedSampler)
+// and cut into batches as accelerate's BatchSamplerShard does.
 #pragma once
 
-#include <torch/data/samplers/base.h>
 #include <torch/arg.h>
+#include <torch/data/samplers/base.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -15,51 +13,91 @@
 
 namespace ampkit::data {
 
+// Letters in the comments of this file and its .cpp: n the dataset size,
+// W = num_processes, r = process_index, B the batch size next() is asked
+// for (the loader's batch_size).
 struct ShardedSamplerOptions {
+  /// Processes that share the dataset (W, torch's world_size); >= 1;
+  /// default 1.
   TORCH_ARG(int64_t, num_processes) = 1;
+  /// This process (r, torch's rank); in [0, num_processes); default 0.
   TORCH_ARG(int64_t, process_index) = 0;
-  /// Shuffle each epoch with a generator seeded seed + epoch.
+  /// Shuffle each epoch with torch::randperm seeded seed + epoch, as
+  /// torch.utils.data.DistributedSampler; false keeps 0..n-1; default true.
   TORCH_ARG(bool, shuffle) = true;
+  /// Base of the per-epoch shuffle seed; the same on every process;
+  /// default 0.
   TORCH_ARG(uint64_t, seed) = 0;
-  /// Pad the epoch by repeating samples from its start, so that every
-  /// process gets the same number of full batches (accelerate's default).
+  /// Pad the epoch by repeating samples from its start (cycling when n is
+  /// smaller than a global batch) so every process gets the same number of
+  /// full batches; false cuts the last global batch as it falls; default
+  /// true (accelerate's default). Ignored with drop_last.
   TORCH_ARG(bool, even_batches) = true;
-  /// The loader's batch size is the global batch; each process gets a
-  /// contiguous 1/num_processes of it.
+  /// The loader's batch size is the global batch, each process gets a
+  /// contiguous B/W of it (B must be a multiple of W); false gives each
+  /// process batches of B, a global batch of W*B; default false.
   TORCH_ARG(bool, split_batches) = false;
-  /// Drop the incomplete last global batch instead of padding it.
+  /// Drop the incomplete last global batch instead of padding it; default
+  /// false.
   TORCH_ARG(bool, drop_last) = false;
 };
 
-/// Copies share their state: the one the data loader holds and one kept
-/// by the Accelerator see the same epoch and position. The loader's begin()
-/// calls reset(): the first is epoch 0, each later one the next epoch
-/// (unless set_epoch chose one).
+/// Gives process r its batches of each epoch. The epoch order (randperm or
+/// 0..n-1) is padded or cut as the options say and cut into global batches
+/// of W*B (split_batches: B); process r takes positions [r*B, (r+1)*B) of
+/// each (split_batches: [r*B/W, (r+1)*B/W)). So the processes' batches of
+/// one step, gathered in rank order, are the global batch in order, and
+/// padding duplicates sit at the end of the last step. Every process
+/// computes the same order, so they agree without communicating.
+///
+/// Copies share their state: the copy torch::data::make_data_loader holds
+/// and one kept by the user or the Accelerator see the same epoch and
+/// position. The loader's begin() calls reset(): the first reset() starts
+/// epoch 0, each later one the next epoch, unless set_epoch() chose one
+/// since the last reset().
 class ShardedSampler : public torch::data::samplers::Sampler<> {
  public:
+  /// Throws ampkit::InvalidArgument for num_processes < 1 or process_index
+  /// outside [0, num_processes).
   ShardedSampler(size_t dataset_size, ShardedSamplerOptions options = {});
 
+  /// Starts an epoch (see the class comment); `new_size` changes n.
   void reset(torch::optional<size_t> new_size = torch::nullopt) override;
+  /// This process's next batch of indices, nullopt at the end of the epoch.
+  /// The first call of an epoch fixes B; another B within the epoch is an
+  /// ampkit::UsageError, B = 0 an ampkit::InvalidArgument.
   torch::optional<std::vector<size_t>> next(size_t batch_size) override;
+  /// Writes the epoch, batches yielded, B, n and the options.
   void save(torch::serialize::OutputArchive& archive) const override;
+  /// Resumes what save() wrote: the next reset() restarts the saved epoch
+  /// and its first next() skips the batches already yielded (an epoch saved
+  /// finished resumes at the following epoch). Restores the seed; a
+  /// different num_processes, dataset size, shuffle, even_batches,
+  /// split_batches or drop_last is an ampkit::InvalidArgument. Call it
+  /// before iterating the loader.
   void load(torch::serialize::InputArchive& archive) override;
 
+  /// The epoch the last reset() started (before any reset(): the one the
+  /// first reset() will start).
   int64_t epoch() const;
   /// The epoch the next reset() starts.
   void set_epoch(int64_t epoch);
   size_t dataset_size() const;
-  /// Real samples in the last step gathered over all processes when the
-  /// epoch was padded (n % (N*B), or n % B with split_batches); 0 when that
-  /// step holds only real samples. B is the batch size last asked for.
+  /// Real samples in the last step's batches gathered over all processes:
+  /// n % (W*B) (split_batches: n % B), for dropping the padding from
+  /// gathered results. 0 when the last gathered step holds only real
+  /// samples, with drop_last or without even_batches. B is the batch size
+  /// of the last next() call; before any next() call, 0.
   size_t remainder() const;
-  /// Batches this process yields per epoch at loader batch size B.
+  /// Batches this process yields per epoch for loader batch size B.
   size_t batches_per_epoch(size_t batch_size) const;
+  /// Batches next() has yielded in the current epoch. With loader workers
+  /// this runs ahead of the training loop by the loader's prefetched jobs.
   size_t batches_yielded() const;
   const ShardedSamplerOptions& options() const;
 
-  struct State;
-
  private:
+  struct State;
   std::shared_ptr<State> state_;
 };
 

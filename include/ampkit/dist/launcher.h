@@ -1,0 +1,45 @@
+// `ampkit launch`: starts a program as the local processes of a distributed
+// run, with the environment dist::detect_env reads, prefixes their output
+// with the rank, forwards SIGINT/SIGTERM, and stops the whole group when one
+// process fails. No worker outlives the launcher.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace ampkit::dist {
+
+struct LaunchOptions {
+  /// Processes over all machines (accelerate's --num_processes).
+  int64_t num_processes = 1;
+  int64_t num_machines = 1;
+  int64_t machine_rank = 0;
+  std::string main_process_ip = "127.0.0.1";
+  /// 0 picks a free port (single machine only).
+  int main_process_port = 0;
+  /// Passed on as AMPKIT_MIXED_PRECISION etc. when set.
+  std::string mixed_precision;
+  bool cpu = false;
+  int64_t gradient_accumulation_steps = 0;
+  bool debug = false;
+  /// One log per rank (rank_<r>.log); the console gets the lines too with tee.
+  std::string log_dir;
+  bool tee = false;
+  /// Restarts of the whole group after a failure.
+  int64_t max_restarts = 0;
+  std::chrono::milliseconds monitor_interval{100};
+  /// SIGTERM, then SIGKILL after this long.
+  std::chrono::milliseconds grace{5000};
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+/// Runs the group; returns the launcher's exit code: 0, the failed
+/// worker's exit code, or 128 + signal. Messages go to `err`, worker lines
+/// (prefixed "[rank r] ") to `out`. Bad options are ampkit::InvalidArgument.
+int launch(const LaunchOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace ampkit::dist

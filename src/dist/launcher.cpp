@@ -1,0 +1,382 @@
+#include "ampkit/dist/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "ampkit/error.h"
+
+namespace ampkit::dist {
+namespace {
+
+constexpr const char* kComponent = "Launch";
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] auto n = ::write(g_signal_pipe[1], &byte, 1);
+}
+
+int pick_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Worker {
+  int64_t rank = 0;
+  pid_t pid = -1;
+  int fd = -1;  // its stdout+stderr
+  std::string partial;
+  std::deque<std::string> last_lines;
+  std::unique_ptr<std::ofstream> log;
+  bool running = false;
+  int status = 0;
+};
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) {
+    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) +
+        " (" + ::strsignal(WTERMSIG(status)) + ")";
+  }
+  return "exit code " + std::to_string(WEXITSTATUS(status));
+}
+
+int exit_code(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+class Group {
+ public:
+  Group(const LaunchOptions& o, std::ostream& out, std::ostream& err, int port)
+      : o_(o), out_(out), err_(err), port_(port) {}
+
+  void start() {
+    const int64_t local = o_.num_processes / o_.num_machines;
+    std::random_device device;
+    run_id_ = "launch-" + std::to_string(::getpid()) + "-" + std::to_string(device());
+    for (int64_t l = 0; l < local; ++l) {
+      Worker w;
+      w.rank = o_.machine_rank * local + l;
+      int fds[2];
+      if (::pipe(fds) != 0) {
+        throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
+      }
+      const pid_t parent = ::getpid();
+      const pid_t pid = ::fork();
+      if (pid > 0) {
+        ::setpgid(pid, pid);  // also here: no race with the first kill
+      }
+      if (pid == 0) {
+        // The kernel kills the worker if the launcher dies, even by SIGKILL.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        // Its own process group, so that stopping it stops its children.
+        ::setpgid(0, 0);
+        if (::getppid() != parent) {
+          std::_Exit(1);
+        }
+        ::signal(SIGINT, SIG_DFL);
+        ::signal(SIGTERM, SIG_DFL);
+        ::dup2(fds[1], 1);
+        ::dup2(fds[1], 2);
+        ::close(fds[0]);
+        ::close(fds[1]);
+        auto set = [](const std::string& k, const std::string& v) {
+          ::setenv(k.c_str(), v.c_str(), 1);
+        };
+        set("RANK", std::to_string(w.rank));
+        set("WORLD_SIZE", std::to_string(o_.num_processes));
+        set("LOCAL_RANK", std::to_string(l));
+        set("LOCAL_WORLD_SIZE", std::to_string(local));
+        set("MASTER_ADDR", o_.main_process_ip);
+        set("MASTER_PORT", std::to_string(port_));
+        // One machine: a fresh id per group keeps restarts and other runs
+        // apart. Several launchers must agree, so they key on the port.
+        if (o_.num_machines == 1) {
+          set("AMPKIT_RUN_ID", run_id_);
+        }
+        if (!o_.mixed_precision.empty()) {
+          set("AMPKIT_MIXED_PRECISION", o_.mixed_precision);
+        }
+        if (o_.gradient_accumulation_steps > 0) {
+          set("AMPKIT_GRADIENT_ACCUMULATION_STEPS",
+              std::to_string(o_.gradient_accumulation_steps));
+        }
+        if (o_.cpu) {
+          set("AMPKIT_USE_CPU", "1");
+        }
+        if (o_.debug) {
+          set("AMPKIT_DEBUG", "1");
+        }
+        std::vector<char*> argv;
+        for (const auto& a : o_.command) {
+          argv.push_back(const_cast<char*>(a.c_str()));
+        }
+        argv.push_back(nullptr);
+        ::execvp(argv[0], argv.data());
+        std::fprintf(stderr, "ampkit launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+        std::_Exit(127);
+      }
+      ::close(fds[1]);
+      ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+      w.pid = pid;
+      w.fd = fds[0];
+      w.running = true;
+      if (!o_.log_dir.empty()) {
+        w.log = std::make_unique<std::ofstream>(
+            o_.log_dir + "/rank_" + std::to_string(w.rank) + ".log", std::ios::app);
+      }
+      workers_.push_back(std::move(w));
+    }
+  }
+
+  // Returns the exit code once the group is over.
+  int monitor() {
+    while (true) {
+      std::vector<pollfd> fds;
+      fds.push_back({g_signal_pipe[0], POLLIN, 0});
+      for (auto& w : workers_) {
+        if (w.fd >= 0) {
+          fds.push_back({w.fd, POLLIN, 0});
+        }
+      }
+      ::poll(fds.data(), fds.size(), static_cast<int>(o_.monitor_interval.count()));
+      if (fds[0].revents & POLLIN) {
+        unsigned char sig = 0;
+        if (::read(g_signal_pipe[0], &sig, 1) == 1) {
+          err_ << "ampkit launch: got signal " << int(sig) << " (" << ::strsignal(sig)
+               << "), forwarding it to the workers" << std::endl;
+          for (auto& w : workers_) {
+            if (w.running) {
+              ::kill(-w.pid, sig);
+            }
+          }
+          stop_all();
+          interrupted = true;
+          return 128 + sig;
+        }
+      }
+      drain();
+      bool any_running = false;
+      for (auto& w : workers_) {
+        if (!w.running) {
+          continue;
+        }
+        int status = 0;
+        if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
+          w.running = false;
+          w.status = status;
+          if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+            drain();
+            err_ << "ampkit launch: rank " << w.rank << " failed (" << describe(status)
+                 << "); stopping the other workers. Its last lines:\n";
+            for (const auto& line : w.last_lines) {
+              err_ << "  [rank " << w.rank << "] " << line << '\n';
+            }
+            err_ << std::flush;
+            stop_all();
+            return exit_code(status);
+          }
+        } else {
+          any_running = true;
+        }
+      }
+      if (!any_running) {
+        drain();
+        return 0;
+      }
+    }
+  }
+
+  // SIGTERM the running workers, SIGKILL after the grace period.
+  void stop_all() {
+    for (auto& w : workers_) {
+      if (w.running) {
+        ::kill(-w.pid, SIGTERM);
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + o_.grace;
+    while (true) {
+      bool running = false;
+      for (auto& w : workers_) {
+        int status = 0;
+        if (w.running && ::waitpid(w.pid, &status, WNOHANG) == w.pid) {
+          w.running = false;
+        }
+        running = running || w.running;
+      }
+      drain();
+      if (!running) {
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (auto& w : workers_) {
+          if (w.running) {
+            ::kill(-w.pid, SIGKILL);
+            ::waitpid(w.pid, nullptr, 0);
+            w.running = false;
+          }
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    drain();
+  }
+
+  ~Group() {
+    for (auto& w : workers_) {
+      if (w.running) {
+        ::kill(-w.pid, SIGKILL);
+        ::waitpid(w.pid, nullptr, 0);
+      } else {
+        ::kill(-w.pid, SIGKILL);  // what its exit left behind
+      }
+      if (w.fd >= 0) {
+        ::close(w.fd);
+      }
+    }
+  }
+
+ private:
+  void emit(Worker& w, const std::string& line) {
+    w.last_lines.push_back(line);
+    if (w.last_lines.size() > 20) {
+      w.last_lines.pop_front();
+    }
+    if (w.log) {
+      *w.log << line << '\n' << std::flush;
+    }
+    if (!w.log || o_.tee) {
+      out_ << "[rank " << w.rank << "] " << line << '\n' << std::flush;
+    }
+  }
+
+  void drain() {
+    char buffer[4096];
+    for (auto& w : workers_) {
+      while (w.fd >= 0) {
+        const ssize_t n = ::read(w.fd, buffer, sizeof(buffer));
+        if (n > 0) {
+          w.partial.append(buffer, static_cast<size_t>(n));
+          size_t pos;
+          while ((pos = w.partial.find('\n')) != std::string::npos) {
+            emit(w, w.partial.substr(0, pos));
+            w.partial.erase(0, pos + 1);
+          }
+          continue;
+        }
+        if (n == 0) {  // the worker closed its output
+          if (!w.partial.empty()) {
+            emit(w, w.partial);
+            w.partial.clear();
+          }
+          ::close(w.fd);
+          w.fd = -1;
+        }
+        break;
+      }
+    }
+  }
+
+
+ public:
+  bool interrupted = false;
+
+ private:
+  const LaunchOptions& o_;
+  std::ostream& out_;
+  std::ostream& err_;
+  int port_;
+  std::string run_id_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace
+
+int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.command.empty()) {
+    throw InvalidArgument(kComponent, "no program to launch. Usage: ampkit launch [options] PROGRAM [ARGS...]");
+  }
+  if (o.num_processes < 1 || o.num_machines < 1 || o.num_processes % o.num_machines != 0) {
+    throw InvalidArgument(
+        kComponent,
+        "num_processes must be a positive multiple of num_machines, got " +
+            std::to_string(o.num_processes) + " processes on " +
+            std::to_string(o.num_machines) + " machines.");
+  }
+  if (o.machine_rank < 0 || o.machine_rank >= o.num_machines) {
+    throw InvalidArgument(
+        kComponent,
+        "machine_rank must be in [0, num_machines=" + std::to_string(o.num_machines) +
+            "), got " + std::to_string(o.machine_rank) + ".");
+  }
+  if (o.max_restarts < 0) {
+    throw InvalidArgument(kComponent, "max_restarts must be >= 0, got " + std::to_string(o.max_restarts) + ".");
+  }
+  int port = o.main_process_port;
+  if (port == 0) {
+    if (o.num_machines > 1) {
+      throw InvalidArgument(
+          kComponent,
+          "main_process_port 0 (pick a free port) works on one machine only; "
+          "with " + std::to_string(o.num_machines) +
+              " machines pass the same --main_process_port to every launcher.");
+    }
+    port = pick_free_port();
+  }
+  if (!o.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.log_dir, ec);
+  }
+  if (::pipe(g_signal_pipe) != 0) {
+    throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  int code = 0;
+  for (int64_t attempt = 0;; ++attempt) {
+    Group group(o, out, err, port);
+    group.start();
+    code = group.monitor();
+    if (code == 0 || group.interrupted) {
+      break;
+    }
+    if (attempt >= o.max_restarts) {
+      break;
+    }
+    err << "ampkit launch: restarting the group (" << attempt + 1 << " of "
+        << o.max_restarts << ")" << std::endl;
+  }
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
+  return code;
+}
+
+}  // namespace ampkit::dist

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ampkit launch end to end. Usage: launch_test.sh AMPKIT DIST_WORKER
+set -euo pipefail
+ampkit="$1" worker="$2"
+dir="$(mktemp -d)"
+trap 'pkill -KILL -f "$dir/" 2>/dev/null || true; rm -rf "$dir"' EXIT
+export AMPKIT_CONFIG_FILE="$dir/none.yaml" AMPKIT_RDZV_DIR="$dir/rdzv"
+fail() { echo "launch_test: $*" >&2; exit 1; }
+cat > "$dir/w.sh" <<'W'
+#!/usr/bin/env bash
+echo "env RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MP=${AMPKIT_MIXED_PRECISION:-}"
+case "${1:-}" in
+  fail7) if [ "$RANK" = 1 ]; then echo "rank one gives up"; exit 7; fi; sleep 61.5 ;;
+  sleep) sleep 61.5 ;;
+  count) echo run >> "$2"; [ "$RANK" = 0 ] && [ "$(wc -l < "$2")" -lt 4 ] && exit 3; exit 0 ;;
+esac
+W
+chmod +x "$dir/w.sh"
+alive() { pgrep -f "$dir/w.sh" >/dev/null || pgrep -f "sleep 61.5" >/dev/null; }
+
+# 1. Each worker sees its own environment, output prefixed with its rank.
+out="$("$ampkit" launch --num_processes 2 --mixed-precision bf16 "$dir/w.sh" 2>&1)"
+for r in 0 1; do
+  grep -q "^\[rank $r\] env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MP=bf16$" <<<"$out" ||
+    fail "rank $r's environment or prefix: $out"
+done
+grep -q "using the defaults num_machines=1" <<<"$out" || fail "no warning about defaults: $out"
+
+# 2. A worker exiting 7: the launcher exits 7 within 10 s, says which rank
+#    and how, shows its last lines, and leaves no worker running.
+start=$(date +%s)
+set +e
+out="$("$ampkit" launch --num_processes 2 "$dir/w.sh" fail7 2>&1)"
+rc=$?
+set -e
+[ "$rc" -eq 7 ] || fail "exit code $rc, expected 7: $out"
+[ $(( $(date +%s) - start )) -lt 10 ] || fail "took longer than 10 s"
+grep -q "rank 1 failed (exit code 7)" <<<"$out" || fail "no failure line: $out"
+grep -q "\[rank 1\] rank one gives up" <<<"$out" || fail "no last lines: $out"
+sleep 0.2
+! alive || fail "a worker outlived the launcher"
+
+# 3. SIGTERM to the launcher reaches the workers; none is left.
+"$ampkit" launch --num_processes 2 "$dir/w.sh" sleep > "$dir/term.log" 2>&1 &
+launcher=$!
+for _ in $(seq 50); do [ "$(grep -c '^\[rank' "$dir/term.log")" -ge 2 ] && break; sleep 0.1; done
+kill -TERM "$launcher"
+set +e; wait "$launcher"; rc=$?; set -e
+[ "$rc" -eq 143 ] || fail "SIGTERM: exit code $rc, expected 143: $(cat "$dir/term.log")"
+sleep 0.2
+! alive || fail "a worker survived SIGTERM to the launcher"
+
+# 4. --max_restarts restarts the whole group until it succeeds.
+"$ampkit" launch --num_processes 2 --max_restarts 3 "$dir/w.sh" count "$dir/count" > "$dir/restart.log" 2>&1 ||
+  fail "restarts did not end in success: $(cat "$dir/restart.log")"
+grep -q "restarting the group (1 of 3)" "$dir/restart.log" || fail "no restart line"
+[ "$(wc -l < "$dir/count")" -ge 4 ] || fail "the group did not restart"
+
+# 5. A real distributed program, and two launchers acting as two machines
+#    forming one group of 4.
+"$ampkit" launch -q --num_processes 2 "$worker" metrics > "$dir/m.log" 2>&1 || fail "metrics: $(cat "$dir/m.log")"
+grep -q "\[rank 0\] metrics ok" "$dir/m.log" || fail "metrics: $(cat "$dir/m.log")"
+port="$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')"
+for m in 0 1; do
+  "$ampkit" launch -q --num_processes 4 --num_machines 2 --machine_rank $m \
+    --main_process_ip 127.0.0.1 --main_process_port "$port" "$worker" metrics > "$dir/m$m.log" 2>&1 &
+done
+wait %1 || fail "machine 0: $(cat "$dir/m0.log")"
+wait %2 || fail "machine 1: $(cat "$dir/m1.log")"
+grep -q "\[rank 0\] metrics ok" "$dir/m0.log" || fail "group of 4: $(cat "$dir/m0.log")"
+echo "launch_test: ok"
