@@ -96,7 +96,7 @@ TEST(ShardedSamplerTest, ShuffleMatchesTorchRandpermSeededWithSeedPlusEpoch) {
 
   ShardedSampler large(25, ShardedSamplerOptions().seed(1234567890123));
   large.set_epoch(2);
-  EXPECT_EQ(flat(run_epoch(large, 7)), kGoldenLargeSeedEpoch2);
+  EXPECT_EQ(flat(run_epoch(large, 5)), kGoldenLargeSeedEpoch2);
 }
 
 TEST(ShardedSamplerTest, ReshufflesEachEpochAndReproducesFromTheSeed) {
@@ -117,8 +117,8 @@ TEST(ShardedSamplerTest, ReshufflesEachEpochAndReproducesFromTheSeed) {
   EXPECT_NE(orders[1], orders[2]);
 
   ShardedSampler unshuffled(10, ShardedSamplerOptions().shuffle(false));
-  EXPECT_EQ(flat(run_epoch(unshuffled, 4)), iota(10));
-  EXPECT_EQ(flat(run_epoch(unshuffled, 4)), iota(10));
+  EXPECT_EQ(flat(run_epoch(unshuffled, 5)), iota(10));
+  EXPECT_EQ(flat(run_epoch(unshuffled, 5)), iota(10));
 }
 
 TEST(ShardedSamplerTest, ProcessesGetDisjointShardsThatCoverTheDatasetOnce) {
@@ -347,7 +347,8 @@ Batches pass(Loader& loader) {
   for (auto& batch : loader) {
     std::vector<size_t> indices;
     for (int64_t i = 0; i < batch.data.size(0); ++i) {
-      indices.push_back(static_cast<size_t>(batch.data[i][0].item<int64_t>()));
+      indices.push_back(
+          static_cast<size_t>(batch.data[i][0].template item<int64_t>()));
     }
     out.push_back(indices);
   }
