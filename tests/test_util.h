@@ -4,6 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "ampkit/amp/capability.h"
@@ -38,5 +42,29 @@ inline Capabilities with_gpu(
   caps.cuda_devices.push_back(dev);
   return caps;
 }
+
+// A fixture with a fresh folder under the system temp dir, named after the
+// test and the process, removed afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+        ("ampkit-" + std::string(info->test_suite_name()) + "-" +
+         info->name() + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+  }
+  /// Writes `text` to dir_/name and returns the path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto path = dir_ / name;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  std::filesystem::path dir_;
+};
 
 }  // namespace ampkit::testing_util

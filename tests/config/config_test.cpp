@@ -47,23 +47,7 @@ bool equal(const LaunchConfig& a, const LaunchConfig& b) {
          a.passthrough == b.passthrough;
 }
 
-class ConfigFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ampkit_config_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    fs::remove_all(dir_);
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path) << text;
-    return path.string();
-  }
-  fs::path dir_;
-};
+using ConfigFileTest = ampkit::testing_util::TempDirTest;
 
 TEST(ConfigSampleTest, AccelerateSingleNodeMultiGpuFileLoadsAsItIs) {
   const LaunchConfig config =

@@ -45,22 +45,8 @@ const CheckResult* find_check(const DoctorReport& r, const std::string& name) {
   return nullptr;
 }
 
-// A fresh folder under the system temp dir, removed with the fixture.
-class DoctorRunTest : public ::testing::Test {
+class DoctorRunTest : public ampkit::testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ampkit_doctor_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    fs::remove_all(dir_);
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path) << text;
-    return path.string();
-  }
   DoctorOptions quick(std::optional<std::string> config_file) const {
     DoctorOptions options;
     options.project_dir = fs::temp_directory_path().string();
@@ -69,7 +55,6 @@ class DoctorRunTest : public ::testing::Test {
     options.min_seconds = 0.05;
     return options;
   }
-  fs::path dir_;
 };
 
 TEST(RecommendPrecisionTest, AmxCpuWithFastBf16GetsBf16WithTheRatio) {

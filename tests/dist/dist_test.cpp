@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
+
 #ifndef AMPKIT_DIST_WORKER
 #error "AMPKIT_DIST_WORKER must name the worker executable"
 #endif
@@ -48,19 +50,8 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-class DistTest : public ::testing::Test {
+class DistTest : public ampkit::testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-        ("ampkit-dist-test-" + std::to_string(::getpid()) + "-" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    fs::remove_all(dir_);
-  }
-
   // Starts `world` workers (world 0: one process without any launcher
   // variable) and waits at most `limit` for all of them; stragglers are
   // killed and reported as -SIGKILL.
@@ -176,7 +167,6 @@ class DistTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
 };
 
 TEST_F(DistTest, TwoProcessesWithHalfBatchesMatchOneProcessFp32) {
