@@ -45,6 +45,91 @@ int pick_free_port() {
   return ntohs(addr.sin_port);
 }
 
+// PR_SET_PDEATHSIG kills a worker when the launcher dies, but not what the
+// worker started (a shell script's children, a Python worker's data-loader
+// processes). The reaper is a small process forked before any worker: the
+// launcher tells it each worker's process group through a pipe, and when
+// that pipe reaches end-of-file with groups still listed (the launcher is
+// gone, even by SIGKILL) it SIGKILLs them. It only reads, kills and exits,
+// which is safe after fork() in a process with threads.
+class Reaper {
+ public:
+  Reaper() {
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
+    }
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      throw IoError(kComponent, std::string("fork failed: ") + std::strerror(errno));
+    }
+    if (pid_ == 0) {
+      ::close(fds[1]);
+      run(fds[0]);
+    }
+    ::close(fds[0]);
+    fd_ = fds[1];
+    ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
+  }
+  ~Reaper() {
+    ::close(fd_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  Reaper(const Reaper&) = delete;
+  Reaper& operator=(const Reaper&) = delete;
+
+  /// A worker's process group to kill should the launcher die.
+  void watch(pid_t group) {
+    send(group);
+  }
+  /// The group is over; the reaper forgets it.
+  void forget(pid_t group) {
+    send(-group);
+  }
+
+ private:
+  void send(int32_t value) {
+    [[maybe_unused]] auto n = ::write(fd_, &value, sizeof(value));
+  }
+
+  [[noreturn]] static void run(int fd) {
+    ::signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C is the launcher's to handle
+    ::signal(SIGTERM, SIG_IGN);
+    const int null = ::open("/dev/null", O_RDWR);
+    for (int i = 0; i < 3; ++i) {
+      ::dup2(null, i);  // do not hold the launcher's output open
+    }
+    // Every inherited descriptor but the pipe is closed.
+    for (int i = 3; i < 1024; ++i) {
+      if (i != fd) {
+        ::close(i);
+      }
+    }
+    static int32_t groups[4096];
+    size_t count = 0;
+    int32_t value = 0;
+    while (::read(fd, &value, sizeof(value)) == static_cast<ssize_t>(sizeof(value))) {
+      if (value > 0 && count < sizeof(groups) / sizeof(groups[0])) {
+        groups[count++] = value;
+      } else if (value < 0) {
+        for (size_t i = 0; i < count; ++i) {
+          if (groups[i] == -value) {
+            groups[i] = groups[--count];
+            break;
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      ::kill(-groups[i], SIGKILL);
+    }
+    ::_exit(0);
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
 struct Worker {
   int64_t rank = 0;
   pid_t pid = -1;
@@ -70,8 +155,8 @@ int exit_code(int status) {
 
 class Group {
  public:
-  Group(const LaunchOptions& o, std::ostream& out, std::ostream& err, int port)
-      : o_(o), out_(out), err_(err), port_(port) {}
+  Group(const LaunchOptions& o, std::ostream& out, std::ostream& err, int port, Reaper& reaper)
+      : o_(o), out_(out), err_(err), port_(port), reaper_(reaper) {}
 
   void start() {
     const int64_t local = o_.num_processes / o_.num_machines;
@@ -88,6 +173,7 @@ class Group {
       const pid_t pid = ::fork();
       if (pid > 0) {
         ::setpgid(pid, pid);  // also here: no race with the first kill
+        reaper_.watch(pid);
       }
       if (pid == 0) {
         // The kernel kills the worker if the launcher dies, even by SIGKILL.
@@ -254,6 +340,7 @@ class Group {
       } else {
         ::kill(-w.pid, SIGKILL);  // what its exit left behind
       }
+      reaper_.forget(w.pid);
       if (w.fd >= 0) {
         ::close(w.fd);
       }
@@ -310,6 +397,7 @@ class Group {
   std::ostream& out_;
   std::ostream& err_;
   int port_;
+  Reaper& reaper_;
   std::string run_id_;
   std::vector<Worker> workers_;
 };
@@ -350,6 +438,13 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   if (!o.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.log_dir, ec);
+    if (ec || ::access(o.log_dir.c_str(), W_OK) != 0) {
+      throw IoError(
+          kComponent,
+          "cannot write the worker logs into --log_dir " + o.log_dir + ": " +
+              (ec ? ec.message() : std::string(std::strerror(errno))) +
+              ". Pass a writable folder.");
+    }
   }
   if (::pipe(g_signal_pipe) != 0) {
     throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
@@ -358,9 +453,10 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  Reaper reaper;
   int code = 0;
   for (int64_t attempt = 0;; ++attempt) {
-    Group group(o, out, err, port);
+    Group group(o, out, err, port, reaper);
     group.start();
     code = group.monitor();
     if (code == 0 || group.interrupted) {

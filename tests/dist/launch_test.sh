@@ -50,13 +50,41 @@ set +e; wait "$launcher"; rc=$?; set -e
 sleep 0.2
 ! alive || fail "a worker survived SIGTERM to the launcher"
 
-# 4. --max_restarts restarts the whole group until it succeeds.
+# 4. SIGKILL to the launcher: the workers (PR_SET_PDEATHSIG) and what they
+#    started (the reaper, here each worker's `sleep`) are killed too.
+"$ampkit" launch --num_processes 2 "$dir/w.sh" sleep > "$dir/kill.log" 2>&1 &
+launcher=$!
+for _ in $(seq 50); do [ "$(grep -c '^\[rank' "$dir/kill.log")" -ge 2 ] && break; sleep 0.1; done
+pgrep -f "sleep 61.5" >/dev/null || fail "the workers' children did not start: $(cat "$dir/kill.log")"
+kill -KILL "$launcher"
+wait "$launcher" 2>/dev/null || true
+for _ in $(seq 20); do alive || break; sleep 0.1; done
+! alive || fail "a worker or its child outlived a SIGKILLed launcher: $(pgrep -af 'w.sh|sleep 61.5')"
+
+# 5. --log_dir: one log per rank, not on the console unless --tee.
+"$ampkit" launch -q --num_processes 2 --log_dir "$dir/logs" "$dir/w.sh" > "$dir/quiet.log" 2>&1 ||
+  fail "--log_dir run: $(cat "$dir/quiet.log")"
+for r in 0 1; do
+  grep -q "^env RANK=$r WORLD_SIZE=2 " "$dir/logs/rank_$r.log" || fail "rank_$r.log: $(cat "$dir/logs/rank_$r.log")"
+done
+! grep -q "env RANK" "$dir/quiet.log" || fail "without --tee the lines reached the console: $(cat "$dir/quiet.log")"
+"$ampkit" launch -q --num_processes 2 --log-dir "$dir/tee" --tee "$dir/w.sh" > "$dir/tee.log" 2>&1 || fail "--tee run"
+grep -q "^\[rank 1\] env RANK=1 " "$dir/tee.log" || fail "--tee did not print: $(cat "$dir/tee.log")"
+grep -q "^env RANK=1 " "$dir/tee/rank_1.log" || fail "--tee did not log"
+touch "$dir/file"
+set +e
+out="$("$ampkit" launch --num_processes 2 --log_dir "$dir/file/logs" "$dir/w.sh" 2>&1)"; rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "cannot write the worker logs into --log_dir $dir/file/logs" <<<"$out" ||
+  fail "an unwritable --log_dir: rc $rc: $out"
+
+# 6. --max_restarts restarts the whole group until it succeeds.
 "$ampkit" launch --num_processes 2 --max_restarts 3 "$dir/w.sh" count "$dir/count" > "$dir/restart.log" 2>&1 ||
   fail "restarts did not end in success: $(cat "$dir/restart.log")"
 grep -q "restarting the group (1 of 3)" "$dir/restart.log" || fail "no restart line"
 [ "$(wc -l < "$dir/count")" -ge 4 ] || fail "the group did not restart"
 
-# 5. A real distributed program, and two launchers acting as two machines
+# 7. A real distributed program, and two launchers acting as two machines
 #    forming one group of 4.
 "$ampkit" launch -q --num_processes 2 "$worker" metrics > "$dir/m.log" 2>&1 || fail "metrics: $(cat "$dir/m.log")"
 grep -q "\[rank 0\] metrics ok" "$dir/m.log" || fail "metrics: $(cat "$dir/m.log")"

@@ -1,6 +1,8 @@
 // The `ampkit` command line: `ampkit report RUN_DIR` renders a run directory's
 // metrics as a self-contained HTML file; `ampkit doctor` checks this machine;
-// `ampkit config` writes the config file; `ampkit env` prints a bug report.
+// `ampkit config` writes the config file; `ampkit env` prints a bug report;
+// `ampkit launch` runs a distributed program; `ampkit test` checks that
+// distributed training works here; `ampkit estimate-memory` sizes a model.
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <sys/utsname.h>
@@ -16,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "ampkit/accelerator/self_test.h"
 #include "ampkit/amp/capability.h"
 #include "ampkit/config/config.h"
 #include "ampkit/diag/doctor.h"
@@ -379,7 +382,57 @@ int main(int argc, char** argv) {
   launch->add_option(flags("monitor-interval"), monitor_interval, "seconds between checks of the workers");
   launch->add_flag("-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
 
+  ampkit::SelfTestOptions test_options;
+  std::string test_config_file;
+  CLI::App* test = app.add_subcommand(
+      "test",
+      "Check that distributed training works here: a tiny regression model "
+      "trained by N processes over Gloo must reach the weights one process "
+      "reaches, in every precision this CPU supports. Ends with an ok line, "
+      "or FAILED and the workers' output.");
+  CLI::Option* test_processes = test->add_option(
+      flags("num-processes"), test_options.num_processes,
+      "processes of the distributed run (default: the config's "
+      "num_processes when above 1, else 2)");
+  test->add_option(flags("config-file"), test_config_file, config_file_help);
+  // What `ampkit test` launches: hidden from the help.
+  std::string worker_precision, worker_dir;
+  int64_t worker_batch = 0;
+  CLI::App* test_worker = app.add_subcommand("self-test-worker", "");
+  test_worker->group("");
+  test_worker->add_option("precision", worker_precision)->required();
+  test_worker->add_option("dir", worker_dir)->required();
+  test_worker->add_option("global_batch", worker_batch)->required();
+
   CLI11_PARSE(app, argc, argv);
+  if (test_worker->parsed()) {
+    try {
+      return ampkit::run_self_test_worker(
+          ampkit::parse_precision(worker_precision), worker_dir, worker_batch, std::cerr);
+    } catch (const std::exception& e) {
+      print_error("test", e);
+      return 1;
+    }
+  }
+  if (test->parsed()) {
+    try {
+      const std::string path = test_config_file.empty()
+          ? ampkit::config::default_config_path() : test_config_file;
+      if (test_processes->count() == 0 &&
+          (!test_config_file.empty() || std::filesystem::exists(path))) {
+        const auto c = ampkit::config::load_config(path);
+        if (c.num_processes > 1) {
+          test_options.num_processes = c.num_processes;
+        }
+      }
+      test_options.worker_command = {
+          std::filesystem::read_symlink("/proc/self/exe").string(), "self-test-worker"};
+      return ampkit::run_self_test(test_options, std::cout, std::cerr);
+    } catch (const std::exception& e) {
+      print_error("test", e);
+      return 1;
+    }
+  }
   if (launch->parsed()) {
     try {
       launch_options.command = launch->remaining();
