@@ -30,7 +30,7 @@ packages=(
 # distributed tests' sockets with ss (iproute2), and render a
 # report in headless Chromium (that test skips itself without it).
 if [ "$mode" = test ]; then
-  packages+=(python3-torch chromium iproute2)
+  packages+=(python3-torch python3-numpy chromium iproute2)
 fi
 
 missing=()

@@ -65,6 +65,8 @@ struct Args {
   std::string data_dir = ampkit::data::kFashionMnistDir;
   std::string output_dir = "fashion_mnist_output";
   uint64_t seed = 42;
+  int64_t checkpointing_steps = 0;     // 0 = no checkpoints
+  std::string resume_from_checkpoint;  // a folder, or "latest"
 };
 
 // Accepts both --snake_case and --kebab-case, as accelerate's flags do.
@@ -183,16 +185,34 @@ int run(const Args& args) {
          {"lr", std::to_string(args.lr)},
          {"train_images", std::to_string(n_train)}});
   }
+  // Checkpoints go to OUTPUT_DIR/checkpoints/checkpoint_STEP; `latest` picks
+  // the newest complete one, so one command line can be re-run after a crash.
+  const std::string checkpoints = (output_dir / "checkpoints").string();
+  if (!args.resume_from_checkpoint.empty()) {
+    std::optional<std::string> from = args.resume_from_checkpoint;
+    if (*from == "latest") {
+      from = ampkit::checkpoint::latest_checkpoint(checkpoints);
+      if (!from) {
+        accelerator.print("no checkpoint under", checkpoints, "yet: starting fresh");
+      }
+    }
+    if (from) {
+      accelerator.load_state(*from);
+      accelerator.print("resumed from", *from, "at step", accelerator.optimizer_steps());
+    }
+  }
   ampkit::track::ProgressOptions progress_options;
   progress_options.enabled = accelerator.is_main_process();
   ampkit::track::Progress progress(total_steps, progress_options);
-  int64_t steps = 0;
+  int64_t steps = accelerator.optimizer_steps();
   int64_t skipped = 0;
   int64_t samples = 0;
   double train_loss = 0;
   double epoch_accuracy = 0;
   double train_seconds = 0;
-  for (int64_t epoch = 1; epoch <= args.epochs && steps < total_steps;
+  // A resumed run continues in the epoch its checkpoint was saved in.
+  for (int64_t epoch = loader.sampler()->epoch() + 1;
+       epoch <= args.epochs && steps < total_steps;
        ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     int64_t epoch_samples = 0;
@@ -225,6 +245,10 @@ int run(const Args& args) {
                               .count();
       progress.update(
           {steps, epoch, train_loss, double(epoch_samples) / secs});
+      if (args.checkpointing_steps > 0 && steps % args.checkpointing_steps == 0) {
+        accelerator.save_state(
+            (std::filesystem::path(checkpoints) / ("checkpoint_" + std::to_string(steps))).string());
+      }
       if (steps == total_steps) {
         break;
       }
@@ -253,6 +277,8 @@ int run(const Args& args) {
   }
   progress.finish();
   accelerator.end_training();
+  // The trained weights, as Hugging Face saves them (OUTPUT_DIR/model).
+  accelerator.save_model(model, (output_dir / "model").string());
 
   const nlohmann::json summary = {
       {"test_accuracy", epoch_accuracy},
@@ -334,6 +360,16 @@ int main(int argc, char** argv) {
       flags("data-dir"),
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
+  app.add_option(
+      flags("checkpointing-steps"),
+      args.checkpointing_steps,
+      "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+      flags("resume-from-checkpoint"),
+      args.resume_from_checkpoint,
+      "a checkpoint folder, or `latest` (the newest complete one under "
+      "OUTPUT_DIR/checkpoints; none yet starts fresh)");
   app.add_option(
       flags("output-dir"),
       args.output_dir,

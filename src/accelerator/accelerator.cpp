@@ -148,6 +148,14 @@ void note_batch(AcceleratorState& state, int64_t samples) {
   state.samples_since_log += samples;
 }
 
+std::shared_ptr<LoaderPosition> register_loader(
+    AcceleratorState& state,
+    const data::ShardedSampler& sampler) {
+  auto position = std::make_shared<LoaderPosition>(LoaderPosition{sampler, 0});
+  state.loaders.push_back(position);
+  return position;
+}
+
 void set_gather_remainder(AcceleratorState& state, int64_t remainder) {
   state.gather_remainder = remainder;
 }
@@ -472,6 +480,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
 
 PreparedScheduler Accelerator::prepare_scheduler(
     optim::LRScheduler& scheduler) {
+  state_->schedulers.push_back(&scheduler);
   return PreparedScheduler(scheduler, state_);
 }
 

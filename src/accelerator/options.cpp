@@ -295,6 +295,14 @@ ResolvedAcceleratorOptions resolve_options(
         "gradient_compression must be no, bf16 or fp16, got auto.");
   }
   r.broadcast_buffers = options.broadcast_buffers();
+  r.automatic_checkpoint_naming = options.automatic_checkpoint_naming();
+  if (options.total_limit() < 0) {
+    throw InvalidArgument(
+        "Accelerator",
+        "total_limit must be >= 0 (0 keeps every checkpoint), got " +
+            std::to_string(options.total_limit()) + ".");
+  }
+  r.total_limit = options.total_limit();
 
   add("mixed_precision", precision_value, precision_source);
   add("gradient_accumulation_steps",

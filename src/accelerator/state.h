@@ -6,12 +6,15 @@
 #include <torch/optim/optimizer.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ampkit/accelerator/options.h"
+#include "ampkit/accelerator/prepared.h"
+#include "ampkit/optim/scheduler.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/error.h"
@@ -78,6 +81,16 @@ struct AcceleratorState {
   // Real samples in the last gathered step of the active data loader when
   // its sampler padded the epoch; 0 when nothing to drop.
   int64_t gather_remainder = 0;
+
+  // Checkpointing: what save_state writes besides models and optimizers.
+  std::vector<optim::LRScheduler*> schedulers;
+  std::vector<std::shared_ptr<LoaderPosition>> loaders;
+  struct Registered {
+    std::function<StateDict()> save;
+    std::function<void(const StateDict&)> load;
+  };
+  std::vector<Registered> registered;
+  int64_t checkpoint_iteration = -1;  // next checkpoint_N; -1: not scanned
   dist::GradientSynchronizer* synchronizer_for(const torch::nn::Module* m);
   /// Runs `body`; a failure of a collective inside names the failed rank.
   template <typename F>

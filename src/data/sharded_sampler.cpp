@@ -224,12 +224,30 @@ torch::optional<std::vector<size_t>> ShardedSampler::next(size_t batch_size) {
 }
 
 void ShardedSampler::save(torch::serialize::OutputArchive& archive) const {
+  save_position(archive, state_->position);
+}
+
+size_t ShardedSampler::pending_skip() const {
+  return state_->skip;
+}
+
+void ShardedSampler::save_position(
+    torch::serialize::OutputArchive& archive,
+    size_t batches) const {
   const auto& s = *state_;
   const auto& o = s.options;
+  if (batches > s.position) {
+    throw InvalidArgument(
+        kComponent,
+        "save_position: " + std::to_string(batches) +
+            " batches consumed, but the sampler has yielded only " +
+            std::to_string(s.position) + " in epoch " +
+            std::to_string(s.epoch) + ".");
+  }
   write_int(archive, "epoch", s.epoch);
   // Whether `epoch` is under way (else the next reset() starts it).
   write_int(archive, "epoch_started", s.resets > 0 && !s.epoch_chosen);
-  write_int(archive, "batches_yielded", static_cast<int64_t>(s.position));
+  write_int(archive, "batches_yielded", static_cast<int64_t>(batches));
   write_int(archive, "batch_size", static_cast<int64_t>(s.batch));
   write_int(archive, "dataset_size", static_cast<int64_t>(s.n));
   write_int(archive, "num_processes", o.num_processes());

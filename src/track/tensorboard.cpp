@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "ampkit/error.h"
-#include "track/crc32c.h"
+#include "utils/crc32c.h"
 #include "track/run_dir.h"
 #include "track/protobuf.h"
 

@@ -17,7 +17,7 @@
 
 #include "ampkit/error.h"
 #include "test_util.h"
-#include "track/crc32c.h"
+#include "utils/crc32c.h"
 
 namespace ampkit::track {
 namespace {

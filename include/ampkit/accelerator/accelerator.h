@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -185,6 +186,45 @@ class Accelerator {
   /// Optimizer steps taken (synchronising steps, skipped ones included).
   int64_t optimizer_steps() const;
 
+  /// accelerate's save_state: writes a checkpoint that load_state resumes
+  /// exactly: every prepared model (model.safetensors, model_1...),
+  /// optimizer (optimizer.bin...), scheduler (scheduler.bin...), the
+  /// GradScaler (scaler.pt), each rank's RNG states (random_states_R.bin),
+  /// each prepare_data_loader loader's epoch and position (sampler.bin...),
+  /// objects passed to register_for_checkpointing (custom_checkpoint_I.bin),
+  /// the step counters (accelerator_state.json) and a manifest.json with
+  /// every file's size and CRC32C. The files go to DIR.partial first, are
+  /// fsynced, and the folder is renamed into place: a crash leaves the
+  /// previous checkpoint intact. Without `dir`, automatic_checkpoint_naming
+  /// picks project_dir/checkpoints/checkpoint_N and total_limit prunes.
+  /// Returns the folder written. A collective in a distributed run.
+  std::string save_state(const std::optional<std::string>& dir = std::nullopt);
+  /// Restores what save_state wrote; without `dir`, the newest complete
+  /// checkpoint under project_dir/checkpoints. Every file is checked
+  /// against the manifest before anything is changed; a missing, truncated
+  /// or corrupt file, another world size or another set of prepared
+  /// objects is an ampkit::IoError or InvalidArgument naming the file.
+  /// Call it after prepare() and before iterating the loaders. Returns the
+  /// folder loaded.
+  std::string load_state(const std::optional<std::string>& dir = std::nullopt);
+  /// Adds an object with `StateDict state_dict() const` and
+  /// `void load_state_dict(const StateDict&)` to what save_state/load_state
+  /// keep, in registration order. It must outlive the Accelerator's use.
+  template <typename T>
+  void register_for_checkpointing(T& object) {
+    register_checkpoint_object(
+        [&object] { return object.state_dict(); },
+        [&object](const StateDict& s) { object.load_state_dict(s); });
+  }
+  /// Weights only, safetensors, sharded above max_shard_size ("10GB") with
+  /// model.safetensors.index.json; the main process writes, all wait.
+  void save_model(
+      const PreparedModelBase& model,
+      const std::string& dir,
+      const std::string& max_shard_size = "10GB");
+  /// Loads save_model's files into the model (each process).
+  void load_model(const PreparedModelBase& model, const std::string& dir);
+
   /// Process topology; one process until the distributed layer runs.
   bool is_main_process() const;
   bool is_local_main_process() const;
@@ -278,6 +318,9 @@ class Accelerator {
   /// [begin, end) of this process's share of n items, and the largest share.
   std::tuple<int64_t, int64_t, int64_t> share_of(int64_t n) const;
   void backward_unhinted(const torch::Tensor& loss);
+  void register_checkpoint_object(
+      std::function<StateDict()> save,
+      std::function<void(const StateDict&)> load);
 
   std::shared_ptr<detail::AcceleratorState> state_;
 };

@@ -131,6 +131,13 @@ struct AcceleratorOptions {
   /// Broadcast rank 0's buffers before each synchronising forward. Default
   /// true (DDP's broadcast_buffers).
   TORCH_ARG(bool, broadcast_buffers) = true;
+  /// accelerate's ProjectConfiguration: save_state() without a folder
+  /// writes project_dir/checkpoints/checkpoint_N, N counting up from the
+  /// last one there.
+  TORCH_ARG(bool, automatic_checkpoint_naming) = false;
+  /// Keep at most this many checkpoints under project_dir/checkpoints, the
+  /// oldest deleted after a new one is complete (0: keep all).
+  TORCH_ARG(int64_t, total_limit) = 0;
 };
 
 /// One resolved setting as the start-up table shows it.
@@ -168,6 +175,8 @@ struct ResolvedAcceleratorOptions {
   bool find_unused_parameters = false;
   Precision gradient_compression = Precision::no;
   bool broadcast_buffers = true;
+  bool automatic_checkpoint_naming = false;
+  int64_t total_limit = 0;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   /// What "auto" became and why; empty unless auto was asked for.
   std::string auto_precision_reason;

@@ -39,6 +39,16 @@ void set_gather_remainder(AcceleratorState& state, int64_t remainder);
 /// Counts the samples of a batch for the samples/s the Accelerator logs.
 void note_batch(AcceleratorState& state, int64_t samples);
 c10::Device device(const AcceleratorState& state);
+/// Where the training loop is in a loader built by prepare_data_loader:
+/// the batches handed out in the current epoch (the sampler runs ahead by
+/// what the loader prefetched). save_state stores this position.
+struct LoaderPosition {
+  data::ShardedSampler sampler;
+  size_t consumed = 0;
+};
+std::shared_ptr<LoaderPosition> register_loader(
+    AcceleratorState& state,
+    const data::ShardedSampler& sampler);
 /// Distributed runs: whether gradients of this model are synchronised
 /// across processes, and the synchronizer's calls around its forward.
 bool is_distributed(const AcceleratorState& state);
@@ -349,6 +359,10 @@ class PreparedDataLoader {
     friend class PreparedDataLoader;
     Iterator() = default;
     Iterator(PreparedDataLoader* owner) : owner_(owner) {
+      if (owner_->position_) {
+        // A resumed epoch starts at its saved position.
+        owner_->position_->consumed = owner_->position_->sampler.pending_skip();
+      }
       it_.emplace(owner_->loader_->begin());
       end_.emplace(owner_->loader_->end());
       detail::set_end_of_dataloader(*owner_->state_, false);
@@ -363,6 +377,9 @@ class PreparedDataLoader {
       current_.emplace(
           detail::to_device(std::move(**it_), detail::device(*owner_->state_)));
       detail::note_batch(*owner_->state_, detail::batch_size_of(*current_));
+      if (owner_->position_) {
+        ++owner_->position_->consumed;
+      }
       ++*it_;
       const bool end = *it_ == *end_;
       detail::set_end_of_dataloader(*owner_->state_, end);
@@ -385,7 +402,11 @@ class PreparedDataLoader {
       std::optional<data::ShardedSampler> sampler = std::nullopt)
       : loader_(std::move(loader)),
         state_(std::move(state)),
-        sampler_(std::move(sampler)) {}
+        sampler_(std::move(sampler)) {
+    if (sampler_) {
+      position_ = detail::register_loader(*state_, *sampler_);
+    }
+  }
 
   /// Starts an epoch (a new pass over the underlying loader).
   Iterator begin() {
@@ -407,6 +428,7 @@ class PreparedDataLoader {
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<detail::AcceleratorState> state_;
   std::optional<data::ShardedSampler> sampler_;
+  std::shared_ptr<detail::LoaderPosition> position_;
 };
 
 }  // namespace ampkit

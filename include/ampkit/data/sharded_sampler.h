@@ -69,6 +69,12 @@ class ShardedSampler : public torch::data::samplers::Sampler<> {
   torch::optional<std::vector<size_t>> next(size_t batch_size) override;
   /// Writes the epoch, batches yielded, B, n and the options.
   void save(torch::serialize::OutputArchive& archive) const override;
+  /// save() as if `batches` of the current epoch had been yielded: the
+  /// training loop's position, behind next()'s by what the loader
+  /// prefetched. `batches` beyond batches_yielded() is an InvalidArgument.
+  void save_position(torch::serialize::OutputArchive& archive, size_t batches) const;
+  /// Batches the next epoch skips (a resumed one's position), else 0.
+  size_t pending_skip() const;
   /// Resumes what save() wrote: the next reset() restarts the saved epoch
   /// and its first next() skips the batches already yielded (an epoch saved
   /// finished resumes at the following epoch). Restores the seed; a

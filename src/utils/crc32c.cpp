@@ -1,6 +1,6 @@
 // Table-driven CRC32C, one byte per step: event files are small, so the
 // hardware instruction and slicing-by-8 are not worth their complexity.
-#include "track/crc32c.h"
+#include "utils/crc32c.h"
 
 #include <array>
 

@@ -1,0 +1,41 @@
+// Weights only, as Hugging Face saves them: model.safetensors, or above
+// max_shard_size the shards model-00001-of-0000N.safetensors with
+// model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}).
+// Also the model-state helpers save_state uses.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ampkit/checkpoint/safetensors.h"
+
+namespace ampkit::checkpoint {
+
+/// Parameters then buffers, by their dotted names (a module's state_dict).
+NamedTensors model_state(const torch::nn::Module& model);
+
+/// Copies `state` into the model's parameters and buffers. Nothing is
+/// copied unless every name matches: otherwise an ampkit::InvalidArgument
+/// from `origin` lists the missing, the unexpected and the shape-mismatched
+/// names. dtypes are converted to the model's.
+void load_model_state(torch::nn::Module& model, const NamedTensors& state, const std::string& origin);
+
+/// "10GB", "500MB", "2GiB", "123" (bytes): decimal units as accelerate's
+/// convert_file_size_to_int (KB = 1000), binary with an "i". Throws
+/// ampkit::InvalidArgument naming the text otherwise.
+uint64_t parse_shard_size(const std::string& text);
+
+/// Writes the model's weights into `dir` (created), sharded above
+/// `max_shard_size` bytes per file; shards of an earlier save that the new
+/// one does not use are removed. Every file is written atomically, the index
+/// last.
+void save_model(const torch::nn::Module& model, const std::string& dir, const std::string& max_shard_size = "10GB");
+
+/// Loads what save_model wrote (or a Hugging Face safetensors checkpoint):
+/// the index and its shards, else model.safetensors. Errors as
+/// load_model_state, naming the files.
+void load_model(torch::nn::Module& model, const std::string& dir);
+
+}  // namespace ampkit::checkpoint

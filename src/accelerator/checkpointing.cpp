@@ -1,0 +1,376 @@
+// Accelerator::save_state / load_state / save_model / load_model: what goes
+// into a checkpoint and in which order the processes write it. The file
+// format and crash safety are the checkpoint layer's.
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "accelerator/state.h"
+#include "ampkit/accelerator/accelerator.h"
+#include "ampkit/checkpoint/checkpoint_dir.h"
+#include "ampkit/checkpoint/model_io.h"
+#include "ampkit/utils/random.h"
+
+namespace ampkit {
+namespace {
+
+namespace fs = std::filesystem;
+namespace ck = checkpoint;
+constexpr const char* kComponent = "Accelerator";
+constexpr const char* kStateFile = "accelerator_state.json";
+
+// accelerate's names: model.safetensors, model_1.safetensors, ...
+std::string indexed(const std::string& stem, size_t i, const std::string& ext) {
+  return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
+}
+
+std::string rng_file(int64_t rank) {
+  return "random_states_" + std::to_string(rank) + ".bin";
+}
+
+template <typename F>
+std::string archive_bytes(F&& fill) {
+  torch::serialize::OutputArchive archive;
+  fill(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+template <typename F>
+void read_archive(const std::string& bytes, const std::string& origin, const c10::Device& device, F&& use) {
+  torch::serialize::InputArchive archive;
+  std::istringstream in(bytes);
+  try {
+    archive.load_from(in, device);
+  } catch (const c10::Error& e) {
+    throw IoError(kComponent, origin + " is not a readable archive: " + e.what_without_backtrace());
+  }
+  use(archive);
+}
+
+// A StateDict as torch.save's pickle of a dict (Python reads it with
+// torch.load).
+std::string encode_state(const StateDict& state) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [k, v] : state) {
+    dict.insert(k, v);
+  }
+  const auto bytes = torch::pickle_save(dict);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+StateDict decode_state(const std::string& bytes, const std::string& origin) {
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    throw IoError(kComponent, origin + " is not a readable state: " + e.what_without_backtrace());
+  }
+  if (!value.isGenericDict()) {
+    throw IoError(kComponent, origin + " does not hold a state dict.");
+  }
+  StateDict state;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString()) {
+      throw IoError(kComponent, origin + " has a key that is not a string.");
+    }
+    state[entry.key().toStringRef()] = entry.value();
+  }
+  return state;
+}
+
+std::string encode_rng(const RngState& rng) {
+  ck::NamedTensors tensors{{"cpu", rng.cpu}};
+  for (size_t i = 0; i < rng.cuda.size(); ++i) {
+    tensors.emplace_back("cuda_" + std::to_string(i), rng.cuda[i]);
+  }
+  return ck::encode_safetensors(tensors);
+}
+
+RngState decode_rng(const std::string& bytes, const std::string& origin) {
+  RngState rng;
+  for (auto& [name, t] : ck::decode_safetensors(bytes, origin).tensors) {
+    if (name == "cpu") {
+      rng.cpu = t;
+    } else if (name.rfind("cuda_", 0) == 0) {
+      rng.cuda.push_back(t);
+    }
+  }
+  if (!rng.cpu.defined()) {
+    throw IoError(kComponent, origin + " has no CPU generator state.");
+  }
+  return rng;
+}
+
+// How many files of one kind a checkpoint has: model.safetensors,
+// model_1.safetensors, ...
+size_t count_indexed(const ck::Manifest& m, const std::string& stem, const std::string& ext) {
+  size_t n = 0;
+  while (m.find(indexed(stem, n, ext)) != nullptr) {
+    ++n;
+  }
+  return n;
+}
+
+void check_count(
+    const ck::Manifest& m,
+    const std::string& dir,
+    const std::string& what,
+    const std::string& stem,
+    const std::string& ext,
+    size_t prepared) {
+  const size_t saved = count_indexed(m, stem, ext);
+  if (saved != prepared) {
+    throw InvalidArgument(
+        kComponent,
+        dir + " holds " + std::to_string(saved) + " " + what + " (" + stem + "*" + ext +
+            "), but this Accelerator has " + std::to_string(prepared) +
+            ". Prepare (or register) the same objects, in the same order, as the run that saved it.");
+  }
+}
+
+std::string checkpoints_dir(const detail::AcceleratorState& st) {
+  return (fs::path(st.options.project_dir) / "checkpoints").string();
+}
+
+}  // namespace
+
+void Accelerator::register_checkpoint_object(
+    std::function<StateDict()> save,
+    std::function<void(const StateDict&)> load) {
+  state_->registered.push_back({std::move(save), std::move(load)});
+}
+
+std::string Accelerator::save_state(const std::optional<std::string>& dir) {
+  auto& st = *state_;
+  std::string target;
+  int64_t iteration = -1;
+  if (dir) {
+    target = *dir;
+  } else if (st.options.automatic_checkpoint_naming) {
+    if (st.checkpoint_iteration < 0) {
+      const auto existing = ck::list_checkpoints(checkpoints_dir(st));
+      st.checkpoint_iteration = existing.empty() ? 0 : existing.back().first + 1;
+    }
+    iteration = st.checkpoint_iteration;
+    target = (fs::path(checkpoints_dir(st)) / ("checkpoint_" + std::to_string(iteration))).string();
+  } else {
+    throw UsageError(
+        kComponent,
+        "save_state() needs a folder, or automatic_checkpoint_naming(true) to "
+        "write project_dir/checkpoints/checkpoint_N. Call save_state(\"DIR\").");
+  }
+  // The scale update that is due would run at the next backward; running it
+  // now stores the scale that step will use (and the pending update is not
+  // lost or applied twice on resume).
+  if (st.scaler_update_pending) {
+    st.update_scaler();
+  }
+  const bool main = is_main_process();
+  std::optional<ck::CheckpointWriter> writer;
+  if (main) {
+    writer.emplace(target);
+  }
+  wait_for_everyone();  // the partial folder exists
+  const std::string rng = encode_rng(get_rng_state());
+  if (main) {
+    writer->write(rng_file(0), rng);
+    for (size_t i = 0; i < st.models.size(); ++i) {
+      writer->write(
+          indexed("model", i, ".safetensors"),
+          ck::encode_safetensors(ck::model_state(*st.models[i]), {{"format", "pt"}}));
+    }
+    for (size_t i = 0; i < st.optimizers.size(); ++i) {
+      writer->write(indexed("optimizer", i, ".bin"), archive_bytes([&](auto& a) {
+                      st.optimizers[i].optimizer->save(a);
+                    }));
+    }
+    for (size_t i = 0; i < st.schedulers.size(); ++i) {
+      writer->write(indexed("scheduler", i, ".bin"), encode_state(st.schedulers[i]->state_dict()));
+    }
+    if (st.scaler) {
+      writer->write("scaler.pt", encode_state(st.scaler->state_dict()));
+    }
+    nlohmann::ordered_json loaders = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < st.loaders.size(); ++i) {
+      const auto& position = *st.loaders[i];
+      writer->write(indexed("sampler", i, ".bin"), archive_bytes([&](auto& a) {
+                      position.sampler.save_position(a, position.consumed);
+                    }));
+      loaders.push_back({{"epoch", position.sampler.epoch()}, {"batches_consumed", position.consumed}});
+    }
+    for (size_t i = 0; i < st.registered.size(); ++i) {
+      writer->write("custom_checkpoint_" + std::to_string(i) + ".bin", encode_state(st.registered[i].save()));
+    }
+    nlohmann::ordered_json state;
+    state["optimizer_steps"] = st.optimizer_steps;
+    state["skipped_steps"] = st.skipped_steps;
+    state["micro_step"] = st.micro_step;
+    state["num_processes"] = st.num_processes;
+    state["mixed_precision"] = to_string(st.options.mixed_precision);
+    state["gradient_accumulation_steps"] = st.options.gradient_accumulation_steps;
+    state["loaders"] = loaders;
+    writer->write(kStateFile, state.dump(2) + "\n");
+  } else {
+    ck::write_file(target, rng_file(process_index()), rng);
+  }
+  wait_for_everyone();  // every rank's RNG file is on disk
+  if (main) {
+    for (int64_t r = 1; r < num_processes(); ++r) {
+      writer->record(rng_file(r));
+    }
+    ck::Manifest manifest;
+    manifest.world_size = num_processes();
+    manifest.step = st.optimizer_steps;
+    writer->commit(manifest);
+    if (iteration >= 0) {
+      ck::enforce_total_limit(checkpoints_dir(st), st.options.total_limit);
+    }
+  }
+  wait_for_everyone();  // the checkpoint is complete for everyone
+  if (iteration >= 0) {
+    st.checkpoint_iteration = iteration + 1;
+  }
+  return target;
+}
+
+std::string Accelerator::load_state(const std::optional<std::string>& dir) {
+  auto& st = *state_;
+  std::string target;
+  if (dir) {
+    target = *dir;
+  } else {
+    auto latest = ck::latest_checkpoint(checkpoints_dir(st));
+    if (!latest) {
+      throw IoError(
+          kComponent,
+          "load_state() found no complete checkpoint under " + checkpoints_dir(st) +
+              ". Pass the folder save_state wrote, or save one first.");
+    }
+    target = *latest;
+  }
+  const ck::Manifest m = ck::verify_checkpoint(target);
+  if (m.world_size != num_processes()) {
+    throw InvalidArgument(
+        kComponent,
+        target + " was saved by " + std::to_string(m.world_size) + " processes, this run has " +
+            std::to_string(num_processes()) +
+            ". Resume with the same number of processes (ampkit launch --num_processes " +
+            std::to_string(m.world_size) + ").");
+  }
+  check_count(m, target, "models", "model", ".safetensors", st.models.size());
+  check_count(m, target, "optimizers", "optimizer", ".bin", st.optimizers.size());
+  check_count(m, target, "schedulers", "scheduler", ".bin", st.schedulers.size());
+  check_count(m, target, "data loader positions", "sampler", ".bin", st.loaders.size());
+  const bool has_scaler = m.find("scaler.pt") != nullptr;
+  if (has_scaler != st.scaler.has_value()) {
+    throw InvalidArgument(
+        kComponent,
+        target + (has_scaler ? " has a GradScaler state, but this run has no loss scaling"
+                             : " has no GradScaler state, but this run scales the loss") +
+            ". Resume with the mixed_precision / loss_scaling it was saved with.");
+  }
+  auto file = [&](const std::string& name) { return ck::read_checkpoint_file(target, m, name); };
+  auto path = [&](const std::string& name) { return (fs::path(target) / name).string(); };
+  const c10::Device device = detail::device(st);
+
+  // Read and check everything before changing anything.
+  std::vector<ck::NamedTensors> models;
+  for (size_t i = 0; i < st.models.size(); ++i) {
+    const std::string name = indexed("model", i, ".safetensors");
+    models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
+  }
+  std::vector<StateDict> schedulers;
+  for (size_t i = 0; i < st.schedulers.size(); ++i) {
+    const std::string name = indexed("scheduler", i, ".bin");
+    schedulers.push_back(decode_state(file(name), path(name)));
+  }
+  std::optional<StateDict> scaler;
+  if (has_scaler) {
+    scaler = decode_state(file("scaler.pt"), path("scaler.pt"));
+  }
+  std::vector<StateDict> registered;
+  for (size_t i = 0; i < st.registered.size(); ++i) {
+    const std::string name = "custom_checkpoint_" + std::to_string(i) + ".bin";
+    if (m.find(name) == nullptr) {
+      throw InvalidArgument(
+          kComponent,
+          target + " has no " + name + ", but " + std::to_string(st.registered.size()) +
+              " objects are registered for checkpointing. Register the same objects as the run that saved it.");
+    }
+    registered.push_back(decode_state(file(name), path(name)));
+  }
+  const RngState rng = decode_rng(file(rng_file(process_index())), path(rng_file(process_index())));
+  nlohmann::json counters;
+  try {
+    counters = nlohmann::json::parse(file(kStateFile));
+    counters.at("optimizer_steps").get<int64_t>();
+    counters.at("skipped_steps").get<int64_t>();
+    counters.at("micro_step").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(kComponent, path(kStateFile) + " is malformed: " + e.what());
+  }
+
+  for (size_t i = 0; i < st.models.size(); ++i) {
+    ck::load_model_state(*st.models[i], models[i], path(indexed("model", i, ".safetensors")));
+  }
+  for (size_t i = 0; i < st.optimizers.size(); ++i) {
+    const std::string name = indexed("optimizer", i, ".bin");
+    read_archive(file(name), path(name), device, [&](auto& a) {
+      try {
+        st.optimizers[i].optimizer->load(a);
+      } catch (const c10::Error& e) {
+        throw InvalidArgument(
+            kComponent,
+            path(name) + " does not fit the prepared optimizer " + std::to_string(i) + ": " +
+                e.what_without_backtrace() + ". Use the optimizer type and parameters it was saved with.");
+      }
+    });
+  }
+  for (size_t i = 0; i < st.schedulers.size(); ++i) {
+    st.schedulers[i]->load_state_dict(schedulers[i]);
+  }
+  if (scaler) {
+    st.scaler->load_state_dict(*scaler);
+  }
+  for (size_t i = 0; i < st.loaders.size(); ++i) {
+    const std::string name = indexed("sampler", i, ".bin");
+    read_archive(file(name), path(name), torch::kCPU, [&](auto& a) { st.loaders[i]->sampler.load(a); });
+  }
+  for (size_t i = 0; i < st.registered.size(); ++i) {
+    st.registered[i].load(registered[i]);
+  }
+  set_rng_state(rng);
+  st.optimizer_steps = counters["optimizer_steps"].get<int64_t>();
+  st.skipped_steps = counters["skipped_steps"].get<int64_t>();
+  st.micro_step = counters["micro_step"].get<int64_t>();
+  st.scaler_update_pending = false;
+  // Resuming checkpoint_N: the next automatic save is checkpoint_N+1.
+  for (const auto& [n, p] : ck::list_checkpoints(checkpoints_dir(st))) {
+    std::error_code ec;
+    if (fs::equivalent(p, target, ec)) {
+      st.checkpoint_iteration = n + 1;
+    }
+  }
+  return target;
+}
+
+void Accelerator::save_model(
+    const PreparedModelBase& model,
+    const std::string& dir,
+    const std::string& max_shard_size) {
+  if (is_main_process()) {
+    ck::save_model(*model.module_ptr(), dir, max_shard_size);
+  }
+  wait_for_everyone();
+}
+
+void Accelerator::load_model(const PreparedModelBase& model, const std::string& dir) {
+  ck::load_model(*model.module_ptr(), dir);
+}
+
+}  // namespace ampkit
