@@ -253,7 +253,9 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     }
     target = *latest;
   }
-  const ck::Manifest m = ck::verify_checkpoint(target);
+  // Each file is read once, its size and CRC checked against the manifest
+  // as it is read, and all of them before anything is changed.
+  const ck::Manifest m = ck::read_manifest(target);
   if (m.world_size != num_processes()) {
     throw InvalidArgument(
         kComponent,
@@ -283,6 +285,14 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   for (size_t i = 0; i < st.models.size(); ++i) {
     const std::string name = indexed("model", i, ".safetensors");
     models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
+  }
+  std::vector<std::string> optimizers;
+  for (size_t i = 0; i < st.optimizers.size(); ++i) {
+    optimizers.push_back(file(indexed("optimizer", i, ".bin")));
+  }
+  std::vector<std::string> samplers;
+  for (size_t i = 0; i < st.loaders.size(); ++i) {
+    samplers.push_back(file(indexed("sampler", i, ".bin")));
   }
   std::vector<StateDict> schedulers;
   for (size_t i = 0; i < st.schedulers.size(); ++i) {
@@ -320,7 +330,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     const std::string name = indexed("optimizer", i, ".bin");
-    read_archive(file(name), path(name), device, [&](auto& a) {
+    read_archive(optimizers[i], path(name), device, [&](auto& a) {
       try {
         st.optimizers[i].optimizer->load(a);
       } catch (const c10::Error& e) {
@@ -339,7 +349,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   }
   for (size_t i = 0; i < st.loaders.size(); ++i) {
     const std::string name = indexed("sampler", i, ".bin");
-    read_archive(file(name), path(name), torch::kCPU, [&](auto& a) { st.loaders[i]->sampler.load(a); });
+    read_archive(samplers[i], path(name), torch::kCPU, [&](auto& a) { st.loaders[i]->sampler.load(a); });
   }
   for (size_t i = 0; i < st.registered.size(); ++i) {
     st.registered[i].load(registered[i]);

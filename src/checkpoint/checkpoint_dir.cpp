@@ -233,7 +233,7 @@ std::string read_checkpoint_file(const std::string& dir, const Manifest& m, cons
   return bytes;
 }
 
-Manifest verify_checkpoint(const std::string& dir) {
+Manifest read_manifest(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw IoError(kComponent, "no checkpoint at " + dir + " (not a directory).");
@@ -242,7 +242,11 @@ Manifest verify_checkpoint(const std::string& dir) {
   if (!fs::exists(path, ec)) {
     throw IoError(kComponent, dir + " has no manifest.json: the save did not complete, so it is not loaded. Load an earlier checkpoint.");
   }
-  Manifest m = decode_manifest(detail::read_file(path), path);
+  return decode_manifest(detail::read_file(path), path);
+}
+
+Manifest verify_checkpoint(const std::string& dir) {
+  Manifest m = read_manifest(dir);
   for (const auto& f : m.files) {
     read_checkpoint_file(dir, m, f.name);
   }

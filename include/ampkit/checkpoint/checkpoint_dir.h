@@ -74,7 +74,11 @@ class CheckpointWriter {
 /// rank's file; the main process then record()s it).
 void write_file(const std::string& dir, const std::string& name, std::string_view bytes);
 
-/// Reads `dir`/manifest.json and checks every listed file's size and CRC32C.
+/// Reads `dir`/manifest.json without checking the files: IoError when `dir`
+/// is no folder or has no manifest (an incomplete save), or it is malformed.
+Manifest read_manifest(const std::string& dir);
+
+/// read_manifest, then checks every listed file's size and CRC32C.
 /// Throws ampkit::IoError naming the directory and the first problem: no
 /// manifest (an incomplete save), a missing file, a size or checksum that
 /// differs.
