@@ -114,11 +114,15 @@ std::optional<std::string> autocast_unsupported_reason(
            "construct the guard with enabled=false.";
   }
   if (device_type == c10::DeviceType::CPU) {
-    // fp16 joined bf16 as a CPU autocast dtype in PyTorch 2.4.
+    // fp16 joined bf16 as a CPU autocast dtype in PyTorch 2.2: up to 2.1,
+    // at::autocast::set_autocast_cpu_dtype refuses anything but BFloat16
+    // ("Currently, AutocastCPU only support Bfloat16 as the
+    // autocast_cpu_dtype", still in 2.1.2's libtorch_cpu.so, gone from
+    // 2.2.2's, whose torch/amp/autocast_mode.py lists float16 for the CPU).
     const bool cpu_fp16 = caps.torch_major > 2 ||
-                          (caps.torch_major == 2 && caps.torch_minor >= 4);
+                          (caps.torch_major == 2 && caps.torch_minor >= 2);
     if (dtype == c10::ScalarType::Half && !cpu_fp16) {
-      return "fp16 autocast on CPU needs LibTorch 2.4 or newer, got LibTorch " +
+      return "fp16 autocast on CPU needs LibTorch 2.2 or newer, got LibTorch " +
              torch_version +
              ", whose CPU autocast supports only bf16. Use torch::kBFloat16 "
              "(mixed_precision bf16) on CPU, or fp16 on a CUDA GPU.";

@@ -252,9 +252,9 @@ BlasFound find_blas() {
   if (key != std::string::npos) {
     const auto begin = key + std::string("BLAS_INFO=").size();
     const auto end = config.find_first_of(", \n", begin);
-    return {
-        config.substr(begin, end - begin),
-        "built into LibTorch (at::show_config)"};
+    const std::string name = config.substr(begin, end - begin);
+    const std::string kind = classify_blas(name);
+    return {kind.empty() ? name : kind, "built into LibTorch (at::show_config)"};
   }
   return {};
 }

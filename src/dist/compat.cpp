@@ -138,21 +138,32 @@ std::unique_ptr<c10d::Reducer> construct_reducer(ReducerArgs& a) {
                            R, Params, Buckets, Group,
                            std::vector<bool>, int64_t, bool, bool, Names,
                            int64_t, bool, bool>) {
-    // 2.8 .. 2.11: skip_all_reduce_unused_params and use_python_reducer
+    // 2.8 .. 2.10: skip_all_reduce_unused_params and use_python_reducer
     // (false, false: Python DDP's defaults).
     return std::make_unique<R>(
         std::move(a.params), std::move(a.bucket_indices), std::move(a.group),
         expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
         a.gradient_as_bucket_view, std::move(a.param_names),
         a.first_bucket_bytes_cap, false, false);
-  } else {
-    // 2.12+: a bucket size cap per bucket, and batched gradient copies.
-    std::vector<int64_t> caps(a.bucket_indices.size(), a.bucket_bytes_cap);
+  } else if constexpr (std::is_constructible_v<
+                           R, Params, Buckets, Group,
+                           std::vector<bool>, int64_t, bool, bool, Names,
+                           int64_t, bool, bool, std::vector<int64_t>>) {
+    // 2.11: bucket_bytes_cap_list, empty as Python DDP passes it without
+    // bucket_cap_mb_list (the Reducer then rebuilds buckets by
+    // first_bucket_bytes_cap and bucket_bytes_cap).
     return std::make_unique<R>(
         std::move(a.params), std::move(a.bucket_indices), std::move(a.group),
         expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
         a.gradient_as_bucket_view, std::move(a.param_names),
-        a.first_bucket_bytes_cap, false, false, std::move(caps), false);
+        a.first_bucket_bytes_cap, false, false, std::vector<int64_t>{});
+  } else {
+    // Newer (main after the 2.11 cut): batched gradient copies as well.
+    return std::make_unique<R>(
+        std::move(a.params), std::move(a.bucket_indices), std::move(a.group),
+        expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
+        a.gradient_as_bucket_view, std::move(a.param_names),
+        a.first_bucket_bytes_cap, false, false, std::vector<int64_t>{}, false);
   }
 }
 }  // namespace

@@ -49,7 +49,7 @@ struct ReducerArgs {
 };
 
 /// c10d::Reducer with whichever constructor this LibTorch has (the 10-,
-/// 11- and 13-argument forms).
+/// 11-, 12- and 13-argument forms).
 std::unique_ptr<c10d::Reducer> make_reducer(ReducerArgs args);
 
 }  // namespace ampkit::dist::detail

@@ -40,7 +40,7 @@ class CompressionHook : public c10d::CommHookInterface {
     auto future = state_->allreduce(tensors)->getFuture();
     at::Tensor out = bucket.getBufferRef();
     return future->then(
-        [out](c10::ivalue::Future& done) mutable {
+        [out](c10::ivalue::Future& done) {
           out.copy_(done.value().toTensorVector()[0]);
           return c10::IValue(out);
         },

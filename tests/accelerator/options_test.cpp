@@ -163,7 +163,7 @@ TEST(OptionsTest, Fp16OnCpuWithLibTorch113IsRefusedWithTheAlternatives) {
           cpu_only(false)),
       Unsupported,
       "mixed_precision fp16 (explicit) cannot run on cpu: fp16 autocast on "
-      "CPU needs LibTorch 2.4 or newer, got LibTorch 1.13, whose CPU "
+      "CPU needs LibTorch 2.2 or newer, got LibTorch 1.13, whose CPU "
       "autocast supports only bf16. Use torch::kBFloat16 (mixed_precision "
       "bf16) on CPU, or fp16 on a CUDA GPU.");
 }

@@ -119,17 +119,16 @@ TEST(AutocastTest, PrecisionNoGivesADisabledGuardAndAutoIsRejected) {
   EXPECT_EQ(cpu_state(), before);
 }
 
-TEST(AutocastTest, RefusesFp16OnCpuWithLibTorchBefore24) {
+TEST(AutocastTest, RefusesFp16OnCpuWithLibTorchBefore22) {
   const AutocastState before = cpu_state();
-  if (TORCH_VERSION_MAJOR > 2 ||
-      (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)) {
+  if (AMPKIT_TORCH_AT_LEAST(2, 2)) {
     Autocast guard(torch::kCPU, torch::kHalf);
     EXPECT_EQ(detail::autocast_get_dtype(c10::DeviceType::CPU), torch::kHalf);
   } else {
     AMPKIT_EXPECT_THROWS_WITH(
         Autocast(torch::kCPU, torch::kHalf),
         Unsupported,
-        "fp16 autocast on CPU needs LibTorch 2.4 or newer, got LibTorch 1.13, "
+        "fp16 autocast on CPU needs LibTorch 2.2 or newer, got LibTorch 1.13, "
         "whose CPU autocast supports only bf16. Use torch::kBFloat16");
   }
   EXPECT_EQ(cpu_state(), before);
@@ -287,24 +286,51 @@ OpTable autocast_ops(torch::ScalarType dt) {
   };
 }
 
-TEST(AutocastTest, CpuBf16OutputDtypesMatchPythonTorchOpByOp) {
+// Runs every op of a golden table under CPU autocast to `dtype` and compares
+// its output dtype with what Python torch of the same version gives.
+template <size_t N>
+void expect_cpu_autocast_matches(
+    const golden::AutocastDtype (&table)[N],
+    torch::ScalarType dtype,
+    const std::string& short_name) {
   const OpTable fp32_ops = autocast_ops(torch::kFloat);
-  const OpTable bf16_ops = autocast_ops(torch::kBFloat16);
+  const OpTable reduced_ops = autocast_ops(dtype);
   size_t checked = 0;
-  Autocast guard(torch::kCPU, torch::kBFloat16);
-  for (const auto& row : golden::kAutocastCpuBf16) {
-    const OpTable& ops = std::string(row.input) == "fp32" ? fp32_ops : bf16_ops;
+  Autocast guard(torch::kCPU, dtype);
+  for (const auto& row : table) {
+    const bool fp32_input = std::string(row.input) == "fp32";
+    ASSERT_TRUE(fp32_input || row.input == short_name) << row.input;
+    const OpTable& ops = fp32_input ? fp32_ops : reduced_ops;
     auto op = ops.find(row.op);
     ASSERT_NE(op, ops.end()) << "no C++ op for golden entry " << row.op;
     const std::string output = row.output;
     const std::string expected = output == "bfloat16"  ? "BFloat16"
+                                 : output == "float16" ? "Half"
                                  : output == "float32" ? "Float"
                                                        : output;
     EXPECT_EQ(c10::toString(op->second().scalar_type()), expected)
         << row.op << " on " << row.input << " inputs";
     ++checked;
   }
-  EXPECT_EQ(checked, fp32_ops.size() + bf16_ops.size());
+  EXPECT_EQ(checked, fp32_ops.size() + reduced_ops.size());
+}
+
+TEST(AutocastTest, CpuBf16OutputDtypesMatchPythonTorchOpByOp) {
+#ifdef AMPKIT_GOLDEN_AUTOCAST
+  expect_cpu_autocast_matches(
+      golden::kAutocastCpuBf16, torch::kBFloat16, "bf16");
+#else
+  GTEST_SKIP() << "no golden table for LibTorch " << TORCH_VERSION
+               << "; run tests/amp/generate_golden.py with that Python torch";
+#endif
+}
+
+TEST(AutocastTest, CpuFp16OutputDtypesMatchPythonTorchOpByOp) {
+#ifdef AMPKIT_GOLDEN_CPU_FP16_AUTOCAST
+  expect_cpu_autocast_matches(golden::kAutocastCpuFp16, torch::kHalf, "fp16");
+#else
+  GTEST_SKIP() << "CPU autocast has no fp16 in LibTorch " << TORCH_VERSION;
+#endif
 }
 
 }  // namespace

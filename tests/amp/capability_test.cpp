@@ -66,13 +66,21 @@ TEST(CapabilityTest, CpuFp16AutocastDependsOnTheLibTorchVersion) {
       autocast_unsupported_reason(
           c10::DeviceType::CPU, c10::ScalarType::Half, old_torch)
           .value_or(""),
-      ::testing::HasSubstr("needs LibTorch 2.4 or newer, got LibTorch 1.13"));
+      ::testing::HasSubstr("needs LibTorch 2.2 or newer, got LibTorch 1.13"));
   EXPECT_FALSE(autocast_unsupported_reason(
                    c10::DeviceType::CPU, c10::ScalarType::BFloat16, old_torch)
                    .has_value());
+  Capabilities torch_21 = old_torch;
+  torch_21.torch_major = 2;
+  torch_21.torch_minor = 1;
+  EXPECT_THAT(
+      autocast_unsupported_reason(
+          c10::DeviceType::CPU, c10::ScalarType::Half, torch_21)
+          .value_or(""),
+      ::testing::HasSubstr("needs LibTorch 2.2 or newer, got LibTorch 2.1"));
   Capabilities new_torch = old_torch;
   new_torch.torch_major = 2;
-  new_torch.torch_minor = 4;
+  new_torch.torch_minor = 2;
   EXPECT_FALSE(autocast_unsupported_reason(
                    c10::DeviceType::CPU, c10::ScalarType::Half, new_torch)
                    .has_value());

@@ -17,7 +17,9 @@ find_program(ccache_program ccache)
 if(ccache_program)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${ccache_program})
 endif()
+# Only the install prefix: the package itself must find the LibTorch it was
+# built against.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${work} -G ${GENERATOR}
-  "-DCMAKE_PREFIX_PATH=${prefix};${PREFIX_PATH}" ${launcher})
+  -DCMAKE_PREFIX_PATH=${prefix} ${launcher})
 run(${CMAKE_COMMAND} --build ${work})
 run(${work}/consumer)

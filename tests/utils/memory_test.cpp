@@ -29,6 +29,12 @@ c10::Error real_cpu_oom() {
   throw std::logic_error("allocating 256 TiB did not fail");
 }
 
+// The SourceLocation constructor is the one c10::Error keeps in every LibTorch.
+c10::Error plain_error(const std::string& message) {
+  return c10::Error(
+      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
+}
+
 c10::OutOfMemoryError cuda_style_oom() {
   return c10::OutOfMemoryError(
       {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
@@ -58,10 +64,9 @@ TEST(MemoryTest, RecognisesOutOfMemoryErrorsAndNothingElse) {
       std::string(cpu.what()),
       ::testing::HasSubstr("DefaultCPUAllocator: can't allocate memory"));
   EXPECT_TRUE(is_out_of_memory(cpu));
-  EXPECT_TRUE(is_out_of_memory(c10::Error(
-      "DefaultCPUAllocator: not enough memory: you tried to allocate 8 bytes.",
-      "")));
-  EXPECT_FALSE(is_out_of_memory(c10::Error("shape mismatch", "")));
+  EXPECT_TRUE(is_out_of_memory(plain_error(
+      "DefaultCPUAllocator: not enough memory: you tried to allocate 8 bytes.")));
+  EXPECT_FALSE(is_out_of_memory(plain_error("shape mismatch")));
   EXPECT_FALSE(is_out_of_memory(std::bad_alloc()));
   EXPECT_FALSE(is_out_of_memory(std::runtime_error(
       "DefaultCPUAllocator: can't allocate memory (not a c10::Error)")));
