@@ -1,7 +1,9 @@
-// GradScaler cost per step: scale + unscale_ + step + update against a plain
-// optimizer.step(), on a ~10M-parameter MLP with fp32 gradients on the CPU.
-// The two arms alternate step by step in one process; the figure is the
-// ratio of their medians.
+// GradScaler cost per step on a ~10M-parameter MLP with fp32 gradients on
+// the CPU: scale + unscale_ + step + update against a plain
+// optimizer.step(), and, where LibTorch has ATen's fused kernels (2.4+),
+// the fused step with loss scaling folded in against the fused step alone
+// and against optimizer.step(). The arms alternate step by step in one
+// process; the figures are ratios of their medians.
 //
 //   build/bench/grad_scaler_bench [--threads N] [--steps N]
 #include <ampkit/ampkit.h>
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace {
@@ -23,11 +26,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-struct Result {
-  double plain_ms;
-  double scaled_ms;
-};
-
 // [B, 1024] -> 4096 -> 1024 -> 1024: 9.45M parameters.
 torch::nn::Sequential make_mlp() {
   return torch::nn::Sequential(
@@ -37,6 +35,14 @@ torch::nn::Sequential make_mlp() {
       torch::nn::ReLU(),
       torch::nn::Linear(1024, 1024));
 }
+
+// Median milliseconds of each arm; an arm that cannot run here is NaN.
+struct Result {
+  double plain_ms;         // optimizer.step()
+  double scaled_ms;        // scale + unscale_ + optimizer.step() + update
+  double fused_ms;         // optim::aten_fused_step alone
+  double fused_scaled_ms;  // scale + step_supporting_amp_scaling + update
+};
 
 template <typename MakeOptimizer>
 Result measure(MakeOptimizer make_optimizer, int steps) {
@@ -51,7 +57,12 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
   }
   auto plain_opt = make_optimizer(params);
   auto scaled_opt = make_optimizer(params);
+  auto fused_opt = make_optimizer(params);
+  auto fused_scaled_opt = make_optimizer(params);
+  const bool fused =
+      !ampkit::optim::aten_fused_step_unsupported_reason(*fused_opt);
   ampkit::GradScaler scaler;
+  ampkit::GradScaler fused_scaler;
   const auto loss = torch::tensor(1.0f);
 
   auto restore = [&] {
@@ -59,31 +70,53 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
       params[i].mutable_grad().copy_(saved[i]);
     }
   };
-  std::vector<double> plain;
-  std::vector<double> scaled;
+  // Untimed before each arm: the same gradients every step, so the unscaled
+  // values never drift towards subnormals.
+  auto time = [&](auto&& body) {
+    restore();
+    const auto t0 = Clock::now();
+    body();
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0)
+        .count();
+  };
+  std::vector<double> plain, scaled, fused_alone, fused_scaled;
   const int warmup = 5;
   for (int i = 0; i < steps + warmup; ++i) {
-    // Untimed in both arms: the same gradients before every step, so the
-    // unscaled values never drift towards subnormals.
-    restore();
-    auto t0 = Clock::now();
-    plain_opt->step();
-    auto t1 = Clock::now();
-    restore();
-    auto t2 = Clock::now();
-    scaler.scale(loss);
-    scaler.unscale_(*scaled_opt);
-    scaler.step(*scaled_opt);
-    scaler.update();
-    auto t3 = Clock::now();
+    const double a = time([&] { plain_opt->step(); });
+    const double b = time([&] {
+      scaler.scale(loss);
+      scaler.unscale_(*scaled_opt);
+      scaler.step(*scaled_opt);
+      scaler.update();
+    });
+    double c = 0;
+    double d = 0;
+    if (fused) {
+      c = time([&] { ampkit::optim::aten_fused_step(*fused_opt); });
+      d = time([&] {
+        fused_scaler.scale(loss);
+        fused_scaler.step_supporting_amp_scaling(
+            *fused_scaled_opt,
+            [&](const torch::Tensor& grad_scale, const torch::Tensor& inf) {
+              ampkit::optim::aten_fused_step(
+                  *fused_scaled_opt, grad_scale, inf);
+            });
+        fused_scaler.update();
+      });
+    }
     if (i >= warmup) {
-      plain.push_back(
-          std::chrono::duration<double, std::milli>(t1 - t0).count());
-      scaled.push_back(
-          std::chrono::duration<double, std::milli>(t3 - t2).count());
+      plain.push_back(a);
+      scaled.push_back(b);
+      fused_alone.push_back(c);
+      fused_scaled.push_back(d);
     }
   }
-  return {median(plain), median(scaled)};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return {
+      median(plain),
+      median(scaled),
+      fused ? median(fused_alone) : nan,
+      fused ? median(fused_scaled) : nan};
 }
 
 }  // namespace
@@ -114,18 +147,31 @@ int main(int argc, char** argv) {
       steps,
       TORCH_VERSION);
   std::printf(
-      "%-14s %12s %22s %8s\n",
+      "Arms: step = optimizer.step(); scaled = scale + unscale_ + step() + "
+      "update;\n      fused = optim::aten_fused_step; fused+scaling = scale "
+      "+ step_supporting_amp_scaling(aten_fused_step) + update (ATen's "
+      "kernels, LibTorch >= 2.4)\n");
+  std::printf(
+      "%-14s %9s %9s %9s %14s   %-13s %-14s %-14s\n",
       "optimizer",
-      "step() ms",
-      "scale+unscale_+step+update ms",
-      "ratio");
+      "step ms",
+      "scaled",
+      "fused",
+      "fused+scaling",
+      "scaled/step",
+      "fused+sc/step",
+      "fused+sc/fused");
   auto report = [](const char* name, const Result& r) {
     std::printf(
-        "%-14s %12.3f %29.3f %8.3f\n",
+        "%-14s %9.3f %9.3f %9.3f %14.3f   %-13.3f %-14.3f %-14.3f\n",
         name,
         r.plain_ms,
         r.scaled_ms,
-        r.scaled_ms / r.plain_ms);
+        r.fused_ms,
+        r.fused_scaled_ms,
+        r.scaled_ms / r.plain_ms,
+        r.fused_scaled_ms / r.plain_ms,
+        r.fused_scaled_ms / r.fused_ms);
   };
   report(
       "Adam",

@@ -1,36 +1,59 @@
 #!/usr/bin/env bash
-# Installs what ampkit needs from Debian's packages (only what is missing),
+# Installs what ampkit needs (Debian's packages, only what is missing; for the
+# CUDA flavour also PyTorch's torch wheel into a virtual environment),
 # configures and builds with ccache and the precompiled header, then runs
 # the demo or the tests.
 #
-#   bash scripts/setup.sh demo    # install, build, train Fashion-MNIST
-#   bash scripts/setup.sh test    # install, build, run every CTest test
-#   bash scripts/setup.sh build   # install and build only
+#   bash scripts/setup.sh demo        # install, build, train Fashion-MNIST
+#   bash scripts/setup.sh test        # install, build, run every CTest test
+#   bash scripts/setup.sh build       # install and build only
+#   bash scripts/setup.sh test-cuda   # the same suite on LibTorch 2.11 with
+#                                     # CUDA 13 and NCCL (GPU tests skip
+#                                     # themselves without a GPU)
+#   bash scripts/setup.sh build-cuda  # install and build that flavour only
+#
+# The first three use Debian's LibTorch 1.13 (CPU) in build/; the CUDA
+# flavour uses torch==2.11.0 from PyPI, in
+# ${XDG_CACHE_HOME:-~/.cache}/ampkit/torch-2.11.0, and builds in build-cuda/.
 set -euo pipefail
 
 mode="${1:-build}"
 case "$mode" in
-  demo|test|build) ;;
-  *) echo "usage: $0 demo|test|build (got '$mode')" >&2; exit 2 ;;
+  demo|test|build|test-cuda|build-cuda) ;;
+  *) echo "usage: $0 demo|test|build|test-cuda|build-cuda (got '$mode')" >&2
+     exit 2 ;;
 esac
+cuda=false
+case "$mode" in *-cuda) cuda=true ;; esac
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${AMPKIT_BUILD_DIR:-$root/build}"
+torch_version=2.11.0
+if $cuda; then
+  build="${AMPKIT_CUDA_BUILD_DIR:-$root/build-cuda}"
+else
+  build="${AMPKIT_BUILD_DIR:-$root/build}"
+fi
 
 # DESIGN.md's dependencies. libopenblas0-openmp matters: without it LibTorch
-# falls back to the reference BLAS (fp32 matmul ~12x slower).
+# falls back to the reference BLAS (fp32 matmul ~12x slower). bible-kjv
+# prints the text examples/gpt trains on.
 packages=(
   g++ cmake ninja-build ccache
   libtorch-dev libgloo-dev libopenblas0-openmp
-  dataset-fashion-mnist
+  dataset-fashion-mnist bible-kjv
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
 )
 # The tests also check the golden headers against Python torch, list the
 # distributed tests' sockets with ss (iproute2), and render a
 # report in headless Chromium (that test skips itself without it).
-if [ "$mode" = test ]; then
-  packages+=(python3-torch python3-numpy chromium iproute2)
+case "$mode" in
+  test|test-cuda) packages+=(python3-torch python3-numpy chromium iproute2) ;;
+esac
+# The CUDA flavour's torch wheel goes into a virtual environment (its
+# c10d headers include Gloo's, which the wheel leaves out: libgloo-dev).
+if $cuda; then
+  packages+=(python3-venv)
 fi
 
 missing=()
@@ -57,14 +80,43 @@ fi
 
 jobs="$(nproc)"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+
+if $cuda; then
+  # PyTorch's CMake config needs the CUDA toolkit (nvcc, cuBLAS, ...) to
+  # configure; nothing here needs a GPU.
+  if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+  if ! command -v nvcc >/dev/null; then
+    echo "setup: $mode needs the CUDA 13 toolkit (nvcc on PATH or in" \
+      "/usr/local/cuda/bin), which PyTorch's CMake config looks for; install" \
+      "NVIDIA's cuda-toolkit-13-0, or use 'test' for the CPU build." >&2
+    exit 1
+  fi
+  venv="${XDG_CACHE_HOME:-$HOME/.cache}/ampkit/torch-$torch_version"
+  if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+    echo "setup: installing torch==$torch_version (CUDA 13.0 build, PyPI) into $venv"
+    /usr/bin/python3 -m venv "$venv"
+    # numpy: the golden generators and the GPU check's Python peer use it.
+    "$venv/bin/pip" install -q --disable-pip-version-check \
+      "torch==$torch_version" numpy
+  fi
+  # The folder holding lib/ and share/cmake: put first, so that CMake takes
+  # this LibTorch's libtorch.so rather than Debian's.
+  torch_root="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+  cmake_args+=(-DCMAKE_PREFIX_PATH="$torch_root"
+    -DAMPKIT_TORCH_PYTHON="$venv/bin/python")
+fi
+
+cmake -S "$root" -B "$build" "${cmake_args[@]}"
 cmake --build "$build" -j "$jobs"
 
 case "$mode" in
   demo)
     "$build/examples/fashion_mnist/fashion_mnist" --threads "$jobs"
     ;;
-  test)
+  test|test-cuda)
     # Unit, dist and slow tests run; gpu tests skip themselves without CUDA.
     ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
     ;;

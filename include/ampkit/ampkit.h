@@ -20,6 +20,7 @@
 #include "ampkit/data/idx.h"
 #include "ampkit/data/sharded_sampler.h"
 #include "ampkit/error.h"
+#include "ampkit/optim/fused.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/state_dict.h"
 #include "ampkit/track/progress.h"

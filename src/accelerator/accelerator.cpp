@@ -18,6 +18,8 @@
 #include "accelerator/state.h"
 #include "ampkit/track/system_stats.h"
 #include "optim/fused_step.h"
+#include "amp/compat.h"
+#include "ampkit/optim/fused.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/random.h"
 
@@ -462,15 +464,29 @@ PreparedOptimizer Accelerator::prepare_optimizer(
   }
   detail::PreparedOptimizerEntry entry;
   entry.optimizer = &optimizer;
-  // The fused step replaces optimizer.step() only where it computes the
-  // same update; GradScaler::step calls optimizer.step() itself.
-  if (st.options.fused_optimizer_step && !st.scaler) {
-    const auto reason = detail::fused_step_unsupported_reason(optimizer);
-    entry.fused = !reason.has_value();
+  // A fused step replaces optimizer.step() only where it computes the same
+  // update: ATen's kernels (scaling folded in) where this LibTorch has them,
+  // else ampkit's CPU Adam/AdamW pass, which GradScaler::step cannot call.
+  if (st.options.fused_optimizer_step) {
+    auto reason = optim::aten_fused_step_unsupported_reason(optimizer);
+    if (!reason) {
+      entry.fused = detail::FusedStep::aten;
+    } else if (!st.scaler && !AMPKIT_TORCH_AT_LEAST(2, 4)) {
+      reason = detail::fused_step_unsupported_reason(optimizer);
+      if (!reason) {
+        entry.fused = detail::FusedStep::ampkit;
+      }
+    }
     if (is_main_process() && !st.options.quiet) {
       std::cerr << "ampkit: optimizer " << st.optimizers.size()
-                << (entry.fused ? " steps fused (one pass per parameter)"
-                                : " steps through optimizer.step(): " + *reason)
+                << (entry.fused == detail::FusedStep::aten
+                        ? " steps fused (ATen's fused kernels" +
+                              std::string(
+                                  st.scaler ? ", loss scaling inside" : "") +
+                              ")"
+                    : entry.fused == detail::FusedStep::ampkit
+                        ? " steps fused (one pass per parameter)"
+                        : " steps through optimizer.step(): " + *reason)
                 << std::endl;
     }
   }
@@ -888,7 +904,12 @@ void PreparedOptimizer::step_unhinted() {
   if (!st.scaler) {
     // Re-checked each step: parameters can change dtype or layout between
     // steps, and the check is a few flag reads per parameter.
-    if (entry.fused && !detail::fused_step_unsupported_reason(*optimizer_)) {
+    if (entry.fused == detail::FusedStep::aten &&
+        !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
+      optim::aten_fused_step(*optimizer_);
+    } else if (
+        entry.fused == detail::FusedStep::ampkit &&
+        !detail::fused_step_unsupported_reason(*optimizer_)) {
       detail::fused_step(*optimizer_);
     } else {
       optimizer_->step();
@@ -903,7 +924,18 @@ void PreparedOptimizer::step_unhinted() {
     // Stepped twice without a backward in between: finish the last one.
     st.update_scaler();
   }
-  entry.skipped = !st.scaler->step(*optimizer_).has_value();
+  if (entry.fused == detail::FusedStep::aten &&
+      !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
+    const torch::Tensor found_inf = st.scaler->step_supporting_amp_scaling(
+        *optimizer_,
+        [&](const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+          optim::aten_fused_step(*optimizer_, grad_scale, found_inf);
+        });
+    // aten_fused_step read it already (step counts): no further sync.
+    entry.skipped = found_inf.item<float>() != 0.0f;
+  } else {
+    entry.skipped = !st.scaler->step(*optimizer_).has_value();
+  }
   entry.stepped = true;
   st.scaler_update_pending = true;
   bool all_stepped = true;

@@ -24,12 +24,20 @@
 
 namespace ampkit::detail {
 
+/// How a prepared optimizer steps.
+enum class FusedStep {
+  none,   // optimizer.step(), through the GradScaler's unscale_ when scaling
+  aten,   // optim::aten_fused_step (LibTorch >= 2.4), scaling folded in
+  ampkit  // detail::fused_step (Adam/AdamW on the CPU, LibTorch < 2.4,
+          // without loss scaling)
+};
+
 struct PreparedOptimizerEntry {
   torch::optim::Optimizer* optimizer = nullptr;
   bool stepped = false;   // stepped since the last scale update
   bool unscaled = false;  // unscale_ ran since the last scale update
   bool skipped = false;   // the last step that ran was skipped
-  bool fused = false;     // steps through detail::fused_step
+  FusedStep fused = FusedStep::none;
 };
 
 struct AcceleratorState {

@@ -142,4 +142,17 @@ void non_finite_check_and_unscale_(
   }
 }
 
+void non_finite_check_(at::TensorList grads, at::Tensor& found_inf) {
+  if (grads.empty()) {
+    return;
+  }
+  const at::Tensor one = at::ones({}, found_inf.options());
+  if (found_inf.is_cpu()) {
+    // With inv_scale 1 the CPU loop only reads.
+    fallback_non_finite_check_and_unscale_(grads, found_inf, one);
+  } else {
+    non_finite_check_and_unscale_(grads, found_inf, one);
+  }
+}
+
 }  // namespace ampkit::detail

@@ -28,4 +28,10 @@ bool has_amp_kernels(c10::DeviceType device_type);
 void non_finite_check_and_unscale_(
     at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale);
 
+/// found_inf := 1 where any of `grads` holds inf or NaN; the gradients are
+/// not changed on the CPU (a read-only pass), and multiplied by 1 on other
+/// devices (ATen's kernel with inv_scale 1, as Python's
+/// GradScaler._check_inf_per_device does).
+void non_finite_check_(at::TensorList grads, at::Tensor& found_inf);
+
 }  // namespace ampkit::detail

@@ -281,6 +281,10 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
         on_device(found_inf_per_device, group.device, [](const c10::Device& d) {
           return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(d));
         });
+    if (!inv_scale.defined()) {
+      detail::non_finite_check_(group.grads, found_inf);
+      continue;
+    }
     const torch::Tensor& inv = on_device(
         inv_scale_per_device, group.device, [&](const c10::Device& d) {
           return inv_scale.to(d, /*non_blocking=*/true);
@@ -326,22 +330,11 @@ std::optional<torch::Tensor> GradScaler::step(
         "Closure use is not currently supported if GradScaler is enabled. "
         "Call the closure yourself, then scaler.step(optimizer).");
   }
-  check_initialised("step");
-  OptimizerState& state = per_optimizer_states_[&optimizer];
-  if (state.stage == Stage::stepped) {
-    throw UsageError(
-        kComponent, "step() has already been called since the last update().");
-  }
+  OptimizerState& state = state_for_step(optimizer);
   if (state.stage == Stage::ready) {
     unscale_(optimizer);
   }
-  if (state.found_inf_per_device.empty()) {
-    throw UsageError(
-        kComponent,
-        "No inf checks were recorded for this optimizer. None of its "
-        "parameters has a gradient: run backward() on scaler.scale(loss) "
-        "before step(), with a loss that depends on these parameters.");
-  }
+  check_recorded(state);
   bool found_inf = false;
   for (const auto& [device, t] : state.found_inf_per_device) {
     found_inf = found_inf || t.item<float>() != 0.0f;
@@ -356,6 +349,59 @@ std::optional<torch::Tensor> GradScaler::step(
   }
   state.stage = Stage::stepped;
   return result;
+}
+
+void GradScaler::check_recorded(const OptimizerState& state) {
+  if (state.found_inf_per_device.empty()) {
+    throw UsageError(
+        kComponent,
+        "No inf checks were recorded for this optimizer. None of its "
+        "parameters has a gradient: run backward() on scaler.scale(loss) "
+        "before step(), with a loss that depends on these parameters.");
+  }
+}
+
+GradScaler::OptimizerState& GradScaler::state_for_step(
+    torch::optim::Optimizer& optimizer) {
+  check_initialised("step");
+  OptimizerState& state = per_optimizer_states_[&optimizer];
+  if (state.stage == Stage::stepped) {
+    throw UsageError(
+        kComponent, "step() has already been called since the last update().");
+  }
+  return state;
+}
+
+torch::Tensor GradScaler::step_supporting_amp_scaling(
+    torch::optim::Optimizer& optimizer,
+    const std::function<
+        void(const torch::Tensor& grad_scale, const torch::Tensor& found_inf)>&
+        fused_step) {
+  if (!options_.enabled()) {
+    fused_step({}, {});
+    return {};
+  }
+  OptimizerState& state = state_for_step(optimizer);
+  const bool scaled = state.stage == Stage::ready;
+  if (scaled) {
+    state.found_inf_per_device =
+        unscale_grads(optimizer, torch::Tensor(), /*allow_fp16=*/true);
+  }
+  check_recorded(state);
+  torch::Tensor found_inf;
+  for (const auto& [device, t] : state.found_inf_per_device) {
+    const torch::Tensor here = t.to(scale_.device(), /*non_blocking=*/true);
+    // The kernels skip where found_inf == 1 exactly: max, not a sum.
+    found_inf = found_inf.defined() ? torch::maximum(found_inf, here) : here;
+  }
+  fused_step(scaled ? scale_ : torch::Tensor(), found_inf);
+  if (options_.report_overflow() && found_inf.item<float>() != 0.0f) {
+    auto names = non_finite_parameters(optimizer);
+    overflowed_parameters_.insert(
+        overflowed_parameters_.end(), names.begin(), names.end());
+  }
+  state.stage = Stage::stepped;
+  return found_inf;
 }
 
 bool GradScaler::uses_host_update() const {

@@ -18,53 +18,18 @@
 
 #include "amp/compat.h"
 #include "optim/fused_kernel.h"
+#include "optim/param_info.h"
 
 namespace ampkit::detail {
 
 namespace {
 
-// Optimizer::state() is keyed by the stringified TensorImpl* up to 2.1 and by
-// the TensorImpl* itself from 2.2.
-#if AMPKIT_TORCH_AT_LEAST(2, 2)
-void* state_key(const at::Tensor& p) {
-  return p.unsafeGetTensorImpl();
-}
-#else
-std::string state_key(const at::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-#endif
-
-using StateMap =
-    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
-static_assert(
-    std::is_same_v<
-        decltype(state_key(std::declval<const at::Tensor&>())),
-        StateMap::key_type>,
-    "state_key must match Optimizer::state()'s key type");
+using StateMap = OptimizerStateMap;
 
 constexpr const char* kHint =
     " The fused step needs torch::optim::Adam or AdamW without amsgrad, on "
     "contiguous float32 CPU parameters with dense contiguous float32 "
     "gradients; optimizer.step() handles everything else.";
-
-std::string where(size_t group, size_t index) {
-  std::ostringstream out;
-  out << "parameter " << index << " of param group " << group;
-  return out.str();
-}
-
-std::string describe(const at::Tensor& t) {
-  std::ostringstream out;
-  out << t.scalar_type() << " " << t.layout() << " on " << t.device()
-      << " with sizes " << t.sizes() << " and strides ";
-  if (t.layout() == c10::kStrided) {
-    out << t.strides();
-  } else {
-    out << "(none)";
-  }
-  return out.str();
-}
 
 bool is_plain_float_cpu(const at::Tensor& t) {
   return t.defined() && t.layout() == c10::kStrided && t.device().is_cpu() &&
@@ -87,8 +52,8 @@ std::optional<std::string> state_reason(
     if (!is_plain_float_cpu(*buffer) || buffer->sizes() != p.sizes()) {
       return "fused_step: the exp_avg/exp_avg_sq state of " + name +
              " must be a contiguous float32 CPU tensor shaped like it, got " +
-             (buffer->defined() ? describe(*buffer) : "undefined") + "." +
-             kHint;
+             (buffer->defined() ? describe_tensor(*buffer) : "undefined") +
+             "." + kHint;
     }
   }
   return std::nullopt;
@@ -112,17 +77,17 @@ std::optional<std::string> reason_for(
       if (!grad.defined()) {
         continue;
       }
-      const std::string name = where(g, i);
+      const std::string name = param_position(g, i);
       if (!is_plain_float_cpu(p)) {
         return "fused_step: " + name +
-               " must be a contiguous float32 CPU tensor, got " + describe(p) +
-               "." + kHint;
+               " must be a contiguous float32 CPU tensor, got " +
+               describe_tensor(p) + "." + kHint;
       }
       if (!is_plain_float_cpu(grad) || grad.sizes() != p.sizes()) {
         return "fused_step: the gradient of " + name +
                " must be a dense contiguous float32 CPU tensor shaped like it, "
                "got " +
-               describe(grad) + "." + kHint;
+               describe_tensor(grad) + "." + kHint;
       }
       if (auto reason = state_reason<State>(optimizer.state(), p, name)) {
         return reason;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "amp/compat.h"
+#include "optim/param_info.h"
 #include "test_util.h"
 
 namespace ampkit::detail {
@@ -28,19 +29,10 @@ constexpr int kSteps = 100;
 
 enum class Kind { kAdam, kAdamW };
 
-// Optimizer::state()'s key for p (a string up to 2.1, the pointer from 2.2).
-auto key_of(const torch::Tensor& p) {
-#if AMPKIT_TORCH_AT_LEAST(2, 2)
-  return static_cast<void*>(p.unsafeGetTensorImpl());
-#else
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-#endif
-}
-
 // exp_avg and exp_avg_sq of p (AdamParamState and AdamWParamState alike).
 std::vector<torch::Tensor> moments(
     torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
-  const auto& state = *optimizer.state().at(key_of(p));
+  const auto& state = *optimizer.state().at(state_key(p));
   if (const auto* adam =
           dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
     return {adam->exp_avg(), adam->exp_avg_sq()};
@@ -50,7 +42,7 @@ std::vector<torch::Tensor> moments(
 }
 
 int64_t step_of(torch::optim::Optimizer& optimizer, const torch::Tensor& p) {
-  const auto& state = *optimizer.state().at(key_of(p));
+  const auto& state = *optimizer.state().at(state_key(p));
   if (const auto* adam =
           dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
     return adam->step();
@@ -154,7 +146,7 @@ Diff compare(torch::optim::Optimizer& a, torch::optim::Optimizer& b) {
   Diff d;
   for (size_t i = 0; i < pa.size(); ++i) {
     d = compare(pa[i].detach(), pb[i].detach(), d);
-    if (a.state().count(key_of(pa[i])) != 0) {
+    if (a.state().count(detail::state_key(pa[i])) != 0) {
       const auto ma = moments(a, pa[i]);
       const auto mb = moments(b, pb[i]);
       d = compare(ma[0], mb[0], d);
@@ -310,7 +302,7 @@ TEST(FusedStepTest, ParametersWithoutGradientsAreSkippedLikeLibTorch) {
   EXPECT_TRUE(torch::equal(flat(*fused)[1], before));
   EXPECT_EQ(fused->state().size(), plain->state().size());
   EXPECT_EQ(fused->state().size(), flat(*fused).size() - 1);
-  EXPECT_EQ(fused->state().count(key_of(flat(*fused)[1])), 0u);
+  EXPECT_EQ(fused->state().count(detail::state_key(flat(*fused)[1])), 0u);
   EXPECT_LE(compare(*fused, *plain).max_rel, kMaxRelDiff);
 }
 

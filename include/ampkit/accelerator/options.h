@@ -85,10 +85,12 @@ struct AcceleratorOptions {
   TORCH_ARG(std::optional<bool>, loss_scaling);
   /// Cache the reduced-precision copies of weights within one forward.
   TORCH_ARG(bool, autocast_cache_enabled) = true;
-  /// Run a prepared torch::optim::Adam/AdamW step as one fused pass over
-  /// each parameter (contiguous float32 CPU parameters, amsgrad off, no loss
-  /// scaling), with LibTorch's math and state; false always calls
-  /// optimizer.step(). Default true.
+  /// Step a prepared torch::optim::Adam, AdamW or SGD fused, with LibTorch's
+  /// state: from LibTorch 2.4 through ATen's fused kernels (CPU and CUDA,
+  /// loss scaling folded in: no separate unscale_ pass); before 2.4, Adam
+  /// and AdamW on contiguous float32 CPU parameters without loss scaling in
+  /// ampkit's one-pass loop. false always calls optimizer.step().
+  /// Default true.
   TORCH_ARG(bool, fused_optimizer_step) = true;
   /// The config file's values (the command-line layer reads the file).
   TORCH_ARG(ConfigValues, config);

@@ -91,6 +91,22 @@ class GradScaler {
       torch::optim::Optimizer& optimizer,
       torch::optim::Optimizer::LossClosure closure = nullptr);
 
+  /// The step of an optimizer that unscales and skips inside its own kernels
+  /// (ampkit::optim::aten_fused_step; torch.amp.GradScaler's path for
+  /// optimizers with _step_supports_amp_scaling). Unless unscale_ ran, the
+  /// gradients are only checked for inf/NaN, not unscaled, and
+  /// `fused_step(grad_scale, found_inf)` gets the scale to divide them by;
+  /// after unscale_ it gets an undefined grad_scale. found_inf (0-dim
+  /// float32 on the scale's device, 1 when a gradient is inf/NaN) is what
+  /// update() backs off on, and is returned; the scaler reads no value on
+  /// the host (except with report_overflow). With the scaler disabled,
+  /// `fused_step` gets two undefined tensors.
+  torch::Tensor step_supporting_amp_scaling(
+      torch::optim::Optimizer& optimizer,
+      const std::function<void(
+          const torch::Tensor& grad_scale, const torch::Tensor& found_inf)>&
+          fused_step);
+
   /// Backs off after any skipped step since the last update, grows after
   /// growth_interval clean steps; call once per iteration after every step.
   void update();
@@ -145,10 +161,14 @@ class GradScaler {
 
   void check_initialised(const char* funcname) const;
   void lazy_init(const c10::Device& device);
+  // Divides by inv_scale and flags inf/NaN; with an undefined inv_scale
+  // only flags them.
   std::vector<std::pair<c10::Device, torch::Tensor>> unscale_grads(
       torch::optim::Optimizer& optimizer,
       const torch::Tensor& inv_scale,
       bool allow_fp16);
+  OptimizerState& state_for_step(torch::optim::Optimizer& optimizer);
+  static void check_recorded(const OptimizerState& state);
   bool uses_host_update() const;
   void update_on_host(const torch::Tensor& found_inf);
   void report(double old_scale, double new_scale);
