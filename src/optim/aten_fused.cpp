@@ -165,40 +165,29 @@ void step_adam(
       const auto inf = found_inf.defined()
                            ? maybe(on_device(infs, found_inf, device))
                            : std::nullopt;
+      // Adam and AdamW's kernels take the same arguments.
+      auto adam = [&](auto kernel) {
+        kernel(
+            g.params,
+            g.grads,
+            g.exp_avgs,
+            g.exp_avg_sqs,
+            g.max_exp_avg_sqs,
+            g.steps,
+            lr,
+            beta1,
+            beta2,
+            options.weight_decay(),
+            options.eps(),
+            options.amsgrad(),
+            /*maximize=*/false,
+            scale,
+            inf);
+      };
       if (decoupled) {
-        at::_fused_adamw_(
-            g.params,
-            g.grads,
-            g.exp_avgs,
-            g.exp_avg_sqs,
-            g.max_exp_avg_sqs,
-            g.steps,
-            lr,
-            beta1,
-            beta2,
-            options.weight_decay(),
-            options.eps(),
-            options.amsgrad(),
-            /*maximize=*/false,
-            scale,
-            inf);
+        adam([](auto&&... args) { at::_fused_adamw_(args...); });
       } else {
-        at::_fused_adam_(
-            g.params,
-            g.grads,
-            g.exp_avgs,
-            g.exp_avg_sqs,
-            g.max_exp_avg_sqs,
-            g.steps,
-            lr,
-            beta1,
-            beta2,
-            options.weight_decay(),
-            options.eps(),
-            options.amsgrad(),
-            /*maximize=*/false,
-            scale,
-            inf);
+        adam([](auto&&... args) { at::_fused_adam_(args...); });
       }
     }
   }

@@ -2,11 +2,16 @@
 // rule, and fp16 autocast on CUDA. Skipped where LibTorch sees no GPU.
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "amp/compat.h"
 #include "amp/scale_update.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/capability.h"
 #include "ampkit/amp/grad_scaler.h"
+#include "autocast_ops.h"
 #include "golden_scale_trajectory.h"
 #include "test_util.h"
 
@@ -86,6 +91,40 @@ TEST(CudaTest, Fp16AutocastWithGradScalerTrainsOnTheGpu) {
   }
   EXPECT_EQ(scaler.get_scale_async().device().type(), torch::kCUDA);
   EXPECT_EQ(scaler.get_scale(), 65536.0);
+}
+
+// CUDA autocast's output dtype per op, against what Python torch gives on
+// the same GPU: scripts/gpu_check/run.sh writes the table with
+// `generate_golden.py --cuda-table FILE` and passes it in
+// AMPKIT_CUDA_AUTOCAST_TABLE.
+TEST(CudaTest, AutocastOutputDtypesMatchPythonTorchOnThisGpu) {
+  AMPKIT_REQUIRE_CUDA();
+  const char* path = std::getenv("AMPKIT_CUDA_AUTOCAST_TABLE");
+  if (path == nullptr || *path == '\0') {
+    GTEST_SKIP() << "set AMPKIT_CUDA_AUTOCAST_TABLE to the output of "
+                    "tests/amp/generate_golden.py --cuda-table FILE, run with "
+                    "the Python torch of this LibTorch on this GPU";
+  }
+  struct Row {
+    std::string op, input, output;
+  };
+  std::map<std::string, std::vector<Row>> by_precision;
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string precision;
+    Row row;
+    ASSERT_TRUE(fields >> precision >> row.op >> row.input >> row.output)
+        << path << ": malformed line '" << line << "'";
+    by_precision[precision].push_back(row);
+  }
+  ASSERT_EQ(by_precision.size(), 2u) << path << " must have fp16 and bf16 rows";
+  testing_util::expect_autocast_matches(
+      by_precision["fp16"], torch::kCUDA, torch::kHalf, "fp16");
+  testing_util::expect_autocast_matches(
+      by_precision["bf16"], torch::kCUDA, torch::kBFloat16, "bf16");
 }
 
 TEST(CudaTest, CapabilityOfEachDeviceIsReported) {

@@ -148,17 +148,18 @@ def write_scale_header(path):
 
 
 # ------------------------------------------------------------- 2. autocast
-def autocast_ops(dt):
+def autocast_ops(dt, device="cpu"):
     """name -> zero-argument function; every input tensor has dtype dt.
-    The C++ test defines the same names with the same ATen calls."""
+    The C++ test defines the same names with the same ATen calls
+    (tests/amp/autocast_ops.h)."""
     g = torch.Generator().manual_seed(0)
 
     def r(*shape):
-        return torch.randn(*shape, generator=g).to(dt)
+        return torch.randn(*shape, generator=g).to(device, dt)
 
     x48, w68, b6 = r(4, 8), r(6, 8), r(6)
     img, k2 = r(2, 3, 8, 8), r(4, 3, 3, 3)
-    target = torch.tensor([0, 2, 1, 4])
+    target = torch.tensor([0, 2, 1, 4]).to(device)
     return {
         "linear": lambda: F.linear(x48, w68, b6),
         "matmul": lambda: torch.matmul(x48, r(8, 5)),
@@ -185,10 +186,10 @@ def autocast_ops(dt):
         "cross_entropy": lambda: F.cross_entropy(r(4, 5), target),
         "nll_loss": lambda: F.nll_loss(r(4, 5), target),
         "binary_cross_entropy_with_logits":
-            lambda: F.binary_cross_entropy_with_logits(x48, torch.rand(4, 8, generator=g).to(dt)),
+            lambda: F.binary_cross_entropy_with_logits(x48, torch.rand(4, 8, generator=g).to(device, dt)),
         "layer_norm": lambda: F.layer_norm(x48, [8], r(8), r(8)),
         "group_norm": lambda: F.group_norm(img, 3, r(3), r(3)),
-        "batch_norm": lambda: F.batch_norm(img, r(3), torch.rand(3, generator=g).to(dt) + 1, r(3), r(3), False),
+        "batch_norm": lambda: F.batch_norm(img, r(3), torch.rand(3, generator=g).to(device, dt) + 1, r(3), r(3), False),
         "max_pool2d": lambda: F.max_pool2d(img, 2),
         "avg_pool2d": lambda: F.avg_pool2d(img, 2),
         "embedding": lambda: F.embedding(target, r(5, 3)),
@@ -209,11 +210,11 @@ def cpu_fp16_autocast():
     return torch_version() >= (2, 2)
 
 
-def autocast_rows(dtype, short):
+def autocast_rows(dtype, short, device="cpu"):
     rows = []
     for input_name, dt in [("fp32", torch.float32), (short, dtype)]:
-        with torch.autocast("cpu", dtype=dtype):
-            for name, fn in autocast_ops(dt).items():
+        with torch.autocast(device, dtype=dtype):
+            for name, fn in autocast_ops(dt, device).items():
                 rows.append((name, input_name, str(fn().dtype).replace("torch.", "")))
     return rows
 
@@ -251,7 +252,21 @@ def write_autocast_header(path):
         f.write("\n".join(lines) + "\n")
 
 
+def write_cuda_table(path):
+    """The GPU check (scripts/gpu_check/run.sh): each op's output dtype under
+    torch.autocast("cuda") in fp16 and bf16 on this machine's GPU, one
+    "precision op input output" line each, which amp_gpu_tests compares
+    with LibTorch's on the same GPU."""
+    with open(path, "w") as f:
+        for dtype, short in [(torch.float16, "fp16"), (torch.bfloat16, "bf16")]:
+            for name, input_name, out in autocast_rows(dtype, short, "cuda"):
+                f.write("%s %s %s %s\n" % (short, name, input_name, out))
+
+
 def main():
+    if "--cuda-table" in sys.argv[1:]:
+        write_cuda_table(sys.argv[sys.argv.index("--cuda-table") + 1])
+        return 0
     check = "--check" in sys.argv[1:]
     if check:
         skip_unless_torch(torch)
