@@ -15,6 +15,8 @@
 #include <iostream>
 #include <thread>
 
+#include "common/example_support.h"
+
 namespace {
 
 // [B, 1, 28, 28] -> [B, 10]: two conv/batch-norm/pool stages, an MLP head.
@@ -69,13 +71,6 @@ struct Args {
   std::string resume_from_checkpoint;  // a folder, or "latest"
 };
 
-// Accepts both --snake_case and --kebab-case, as accelerate's flags do.
-std::string flags(const std::string& kebab) {
-  std::string snake = kebab;
-  std::replace(snake.begin(), snake.end(), '-', '_');
-  return snake == kebab ? "--" + kebab : "--" + kebab + ",--" + snake;
-}
-
 std::optional<size_t> limit(int64_t n) {
   return n > 0 ? std::optional<size_t>(static_cast<size_t>(n)) : std::nullopt;
 }
@@ -120,12 +115,8 @@ int run(const Args& args) {
   if (args.cpu) {
     options.cpu(true);
   }
-  // The run directory is --output-dir itself: project_dir is its parent.
   const std::filesystem::path output_dir(args.output_dir);
-  const std::string project_dir = output_dir.has_parent_path()
-      ? output_dir.parent_path().string()
-      : std::string(".");
-  options.project_dir(project_dir);
+  options.project_dir(examples::project_dir_of(output_dir));
   if (!args.log_with.empty()) {
     options.log_with(args.log_with).auto_log(true);
   }
@@ -188,19 +179,7 @@ int run(const Args& args) {
   // Checkpoints go to OUTPUT_DIR/checkpoints/checkpoint_STEP; `latest` picks
   // the newest complete one, so one command line can be re-run after a crash.
   const std::string checkpoints = (output_dir / "checkpoints").string();
-  if (!args.resume_from_checkpoint.empty()) {
-    std::optional<std::string> from = args.resume_from_checkpoint;
-    if (*from == "latest") {
-      from = ampkit::checkpoint::latest_checkpoint(checkpoints);
-      if (!from) {
-        accelerator.print("no checkpoint under", checkpoints, "yet: starting fresh");
-      }
-    }
-    if (from) {
-      accelerator.load_state(*from);
-      accelerator.print("resumed from", *from, "at step", accelerator.optimizer_steps());
-    }
-  }
+  examples::resume_from_checkpoint(accelerator, args.resume_from_checkpoint, checkpoints);
   ampkit::track::ProgressOptions progress_options;
   progress_options.enabled = accelerator.is_main_process();
   ampkit::track::Progress progress(total_steps, progress_options);
@@ -318,63 +297,63 @@ int main(int argc, char** argv) {
       "Train a small CNN on Fashion-MNIST with ampkit's Accelerator. Unset "
       "options come from the launcher's environment (AMPKIT_MIXED_PRECISION, "
       "AMPKIT_GRADIENT_ACCUMULATION_STEPS), else their defaults."};
-  app.add_option(flags("epochs"), args.epochs, "passes over the training set")
+  app.add_option(examples::flags("epochs"), args.epochs, "passes over the training set")
       ->check(CLI::PositiveNumber);
   app.add_option(
-      flags("max-steps"),
+      examples::flags("max-steps"),
       args.max_steps,
       "stop after this many optimizer steps (0: no limit)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option(flags("batch-size"), args.batch_size, "images per micro-batch")
+  app.add_option(examples::flags("batch-size"), args.batch_size, "images per micro-batch")
       ->check(CLI::PositiveNumber);
-  app.add_option(flags("lr"), args.lr, "AdamW peak learning rate")
+  app.add_option(examples::flags("lr"), args.lr, "AdamW peak learning rate")
       ->check(CLI::PositiveNumber);
   app.add_option(
-      flags("mixed-precision"),
+      examples::flags("mixed-precision"),
       args.mixed_precision,
       "no, fp16, bf16 or auto (default: the environment, else no)");
   app.add_option(
-      flags("gradient-accumulation-steps"),
+      examples::flags("gradient-accumulation-steps"),
       args.gradient_accumulation_steps,
       "micro-batches per optimizer step (default: the environment, else 1)")
       ->check(CLI::PositiveNumber);
-  app.add_flag(flags("cpu"), args.cpu, "train on the CPU even with a GPU");
+  app.add_flag(examples::flags("cpu"), args.cpu, "train on the CPU even with a GPU");
   app.add_option(
-      flags("threads"), args.threads, "intra-op threads (default: every core)");
+      examples::flags("threads"), args.threads, "intra-op threads (default: every core)");
   app.add_option(
-      flags("limit-train"),
+      examples::flags("limit-train"),
       args.limit_train,
       "use only the first N training images");
   app.add_option(
-      flags("limit-test"), args.limit_test, "use only the first N test images");
+      examples::flags("limit-test"), args.limit_test, "use only the first N test images");
   app.add_option(
-      flags("log-with"),
+      examples::flags("log-with"),
       args.log_with,
       "write the run's metrics into --output-dir: jsonl, csv, tensorboard "
       "or all (comma-separated); view them with `ampkit report`");
   app.add_option(
-      flags("min-accuracy"),
+      examples::flags("min-accuracy"),
       args.min_accuracy,
       "exit 1 when the final test accuracy is below this");
   app.add_option(
-      flags("data-dir"),
+      examples::flags("data-dir"),
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
   app.add_option(
-      flags("checkpointing-steps"),
+      examples::flags("checkpointing-steps"),
       args.checkpointing_steps,
       "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
       ->check(CLI::NonNegativeNumber);
   app.add_option(
-      flags("resume-from-checkpoint"),
+      examples::flags("resume-from-checkpoint"),
       args.resume_from_checkpoint,
       "a checkpoint folder, or `latest` (the newest complete one under "
       "OUTPUT_DIR/checkpoints; none yet starts fresh)");
   app.add_option(
-      flags("output-dir"),
+      examples::flags("output-dir"),
       args.output_dir,
       "the run directory: summary.json and the --log-with files");
-  app.add_option(flags("seed"), args.seed, "random seed");
+  app.add_option(examples::flags("seed"), args.seed, "random seed");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "ampkit/ampkit.h"
@@ -263,8 +265,11 @@ struct Run {
   std::string out;
 };
 
+// Runs the worker; with kill_after > 0 it is SIGKILLed that long after
+// `armed` first returns true (no `armed`: after the start).
 Run run_worker(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
-               std::chrono::milliseconds kill_after = std::chrono::milliseconds(0)) {
+               std::chrono::milliseconds kill_after = std::chrono::milliseconds(0),
+               const std::function<bool()>& armed = nullptr) {
   const std::string log = "/tmp/ampkit-ckpt-" + std::to_string(::getpid()) + ".log";
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -285,10 +290,16 @@ Run run_worker(const std::vector<std::string>& args, const std::vector<std::stri
   Run r;
   int status = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  const auto kill_at = std::chrono::steady_clock::now() + kill_after;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  if (!armed) {
+    kill_at = std::chrono::steady_clock::now() + kill_after;
+  }
   while (::waitpid(pid, &status, WNOHANG) == 0) {
     const auto now = std::chrono::steady_clock::now();
-    if (now > deadline || (kill_after.count() > 0 && now > kill_at)) {
+    if (!kill_at && armed()) {
+      kill_at = now + kill_after;
+    }
+    if (now > deadline || (kill_after.count() > 0 && kill_at && now > *kill_at)) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       break;
@@ -444,9 +455,24 @@ TEST_F(ResumeTest, SigkillInTheMiddleOfASaveKeepsThePreviousCheckpoint) {
 
 TEST_F(ResumeTest, RealSigkillsAtRandomMomentsNeverLeaveAnUnloadableLatest) {
   const auto project = (dir_ / "p").string();
+  // The clock starts once a complete checkpoint exists (a busy machine can
+  // take seconds to get there), then the kill lands somewhere in the
+  // save-every-step cycle.
+  const auto has_complete_checkpoint = [&] {
+    // The worker renames and prunes folders meanwhile: no throwing calls.
+    std::error_code ec;
+    for (fs::directory_iterator it(project + "/checkpoints", ec), end; !ec && it != end;
+         it.increment(ec)) {
+      if (it->path().extension() != ".partial" &&
+          fs::exists(it->path() / "manifest.json", ec)) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (int attempt = 0; attempt < 4; ++attempt) {
     auto r = run_worker({"train", "no", "100000", (dir_ / "x.pt").string(), "--save-every", project},
-                        {}, std::chrono::milliseconds(700 + 211 * attempt));
+                        {}, std::chrono::milliseconds(60 + 211 * attempt), has_complete_checkpoint);
     ASSERT_EQ(r.code, -SIGKILL) << r.out;
     auto latest = ck::latest_checkpoint(project + "/checkpoints");
     ASSERT_TRUE(latest.has_value()) << r.out;
