@@ -110,7 +110,13 @@ if $cuda; then
 fi
 
 cmake -S "$root" -B "$build" "${cmake_args[@]}"
-cmake --build "$build" -j "$jobs"
+if [ "$mode" = demo ]; then
+  # The demo needs the library, the CLI and the example, not the ~100 test
+  # and benchmark targets.
+  cmake --build "$build" -j "$jobs" --target fashion_mnist ampkit_cli
+else
+  cmake --build "$build" -j "$jobs"
+fi
 
 case "$mode" in
   demo)

@@ -2,9 +2,10 @@
 # The example crashes in the middle of its second checkpoint; the same
 # command line, re-run, resumes from the last complete one and ends with
 # weights bit-identical to a run that never stopped.
-# Usage: resume_test.sh FASHION_MNIST OUT_DIR
+# Usage: resume_test.sh FASHION_MNIST OUT_DIR TEST_HOOKS_LIB (the crash comes
+# from the test suite's hooks, LD_PRELOADed: tests/hooks/test_hooks.cpp)
 set -euo pipefail
-bin="$1" out="$2"
+bin="$1" out="$2" hooks="$3"
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "resume_test: $*" >&2; exit 1; }
 args=(--epochs 2 --limit-train 640 --limit-test 200 --threads 2 --batch-size 64 --mixed-precision no)
@@ -14,7 +15,7 @@ args=(--epochs 2 --limit-train 640 --limit-test 200 --threads 2 --batch-size 64 
 # Each save writes 6 files and the manifest: the 10th is inside the second save.
 cmd=("$bin" "${args[@]}" --output-dir "$out/run" --checkpointing-steps 7 --resume-from-checkpoint latest)
 set +e
-AMPKIT_FAULT_INJECT=kill_after_files=10 "${cmd[@]}" > "$out/crash.log" 2>&1
+LD_PRELOAD="$hooks" AMPKIT_FAULT_INJECT=kill_after_files=10 "${cmd[@]}" > "$out/crash.log" 2>&1
 rc=$?
 set -e
 [ "$rc" -eq 137 ] || fail "the injected crash did not happen (exit $rc): $(cat "$out/crash.log")"

@@ -19,6 +19,7 @@
 #include "ampkit/amp/capability.h"
 #include "ampkit/dist/launcher.h"
 #include "ampkit/error.h"
+#include "utils/test_hooks.h"
 
 namespace ampkit {
 namespace {
@@ -57,12 +58,12 @@ std::string format(double v) {
   return s.str();
 }
 
-// Where a caller asked for it (tests only), rank 1 trains on perturbed
-// inputs, so the distributed weights must differ from the reference: the
-// check has to notice.
+// Where the test suite asks for it (utils/test_hooks.h), a rank trains on
+// perturbed inputs, so the distributed weights must differ from the
+// reference: the check has to notice.
 bool skew_requested(int64_t rank) {
-  const char* v = std::getenv("AMPKIT_SELF_TEST_INJECT");
-  return rank == 1 && v != nullptr && std::string(v) == "skew";
+  auto hook = detail::test_hooks().perturb_self_test_rank;
+  return hook != nullptr && hook(rank);
 }
 
 // The mkdtemp'd folder for the reference weights and results.

@@ -1,17 +1,16 @@
 #include "checkpoint/files.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "ampkit/error.h"
+#include "utils/test_hooks.h"
 
 namespace ampkit::checkpoint::detail {
 namespace {
@@ -126,17 +125,8 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 }
 
 void fault_point() {
-  static const long limit = [] {
-    const char* v = std::getenv("AMPKIT_FAULT_INJECT");
-    const std::string key = "kill_after_files=";
-    if (v == nullptr || std::string(v).rfind(key, 0) != 0) {
-      return 0L;
-    }
-    return std::strtol(v + key.size(), nullptr, 10);
-  }();
-  static std::atomic<long> files{0};
-  if (limit > 0 && ++files >= limit) {
-    ::raise(SIGKILL);
+  if (auto hook = ampkit::detail::test_hooks().after_checkpoint_file) {
+    hook();
   }
 }
 

@@ -24,9 +24,8 @@ void fsync_directory(const std::string& path);
 /// the directory: readers see the old file or the whole new one.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
-/// Called after each file a checkpoint writes. With AMPKIT_FAULT_INJECT set
-/// to "kill_after_files=N" the process SIGKILLs itself after the N-th file
-/// (counted over the process), which is how tests crash a save midway.
+/// Called after each file a checkpoint writes: the test hook that crashes a
+/// save midway (utils/test_hooks.h); nothing in a normal run.
 void fault_point();
 
 }  // namespace ampkit::checkpoint::detail

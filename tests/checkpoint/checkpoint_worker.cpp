@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ampkit/ampkit.h"
+#include "hooks/test_hooks.h"
 
 namespace {
 
@@ -185,6 +186,8 @@ int check_safetensors(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // AMPKIT_FAULT_INJECT: the crash tests stop a save midway.
+  ampkit::testing_util::install_test_hooks();
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "train" && argc >= 5) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `ampkit test` end to end. Usage: self_test_cli.sh AMPKIT
+# `ampkit test` end to end. Usage: self_test_cli.sh AMPKIT TEST_HOOKS_LIB
 set -euo pipefail
-ampkit="$1"
+ampkit="$1" hooks="$2"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 export AMPKIT_CONFIG_FILE="$dir/none.yaml" AMPKIT_RDZV_DIR="$dir/rdzv"
@@ -14,9 +14,10 @@ grep -Eq "^  bf16: (max \|difference\| .*: ok|skipped: .+)$" <<<"$out" || fail "
 grep -q "^ampkit test: ok: 2 processes trained the same weights as one process in fp32" <<<"$out" ||
   fail "no success line: $out"
 
-# 2. When the processes do not train the same model, the check says so.
+# 2. When the processes do not train the same model, the check says so (the
+#    test suite's hook, LD_PRELOADed, skews rank 1's inputs).
 set +e
-out="$(AMPKIT_SELF_TEST_INJECT=skew "$ampkit" test 2>&1)"
+out="$(LD_PRELOAD="$hooks" AMPKIT_SELF_TEST_INJECT=skew "$ampkit" test 2>&1)"
 rc=$?
 set -e
 [ "$rc" -eq 1 ] || fail "a broken run exited $rc, expected 1: $out"
