@@ -41,14 +41,16 @@ packages=(
   g++ cmake ninja-build ccache
   libtorch-dev libgloo-dev libopenblas0-openmp
   dataset-fashion-mnist bible-kjv
-  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
 )
 # The tests also check the golden headers against Python torch, list the
-# distributed tests' sockets with ss (iproute2), and render a
-# report in headless Chromium (that test skips itself without it).
+# distributed tests' sockets with ss (iproute2), render a report in
+# headless Chromium (that test skips itself without it) and check the
+# formatting (clang-format).
 case "$mode" in
-  test|test-cuda) packages+=(python3-torch python3-numpy chromium iproute2) ;;
+  test|test-cuda) packages+=(python3-torch python3-numpy chromium iproute2
+    clang-format) ;;
 esac
 # The CUDA flavour's torch wheel goes into a virtual environment (its
 # c10d headers include Gloo's, which the wheel leaves out: libgloo-dev).

@@ -10,6 +10,10 @@
 #include "ampkit/error.h"
 #include "ampkit/track/tracker.h"
 
+#include "utils/strings.h"
+
+using ampkit::detail::lower;
+
 namespace ampkit {
 
 namespace {
@@ -21,13 +25,6 @@ struct Picked {
   T value;
   std::string source;
 };
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
-    return static_cast<char>(std::tolower(c));
-  });
-  return text;
-}
 
 // The first of `names` that is set, with its name.
 std::optional<std::pair<std::string, std::string>> first_set(
@@ -54,20 +51,14 @@ Precision env_precision(const std::string& name, const std::string& value) {
 }
 
 int64_t env_integer(const std::string& name, const std::string& value) {
-  size_t used = 0;
-  int64_t parsed = 0;
-  try {
-    parsed = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size()) {
+  const auto parsed = detail::parse_int(value);
+  if (!parsed) {
     throw InvalidArgument(
         kComponent,
         "environment variable " + name + " must be an integer, got '" + value +
             "'. Set it to a whole number such as 4, or unset it.");
   }
-  return parsed;
+  return *parsed;
 }
 
 bool env_bool(const std::string& name, const std::string& value) {

@@ -12,24 +12,19 @@
 #include "amp/scale_update.h"
 #include "ampkit/error.h"
 
+#include "utils/strings.h"
+
 namespace ampkit {
 
 namespace {
 
 constexpr const char* kComponent = "GradScaler";
 
-std::string num(double v) {
-  std::ostringstream out;
-  out.precision(17);
-  out << v;
-  return out.str();
-}
-
 void check_growth_factor(double v) {
   if (!(v > 1.0) || !std::isfinite(v)) {
     throw InvalidArgument(
         kComponent,
-        "growth_factor must be > 1.0 and finite, got " + num(v) +
+        "growth_factor must be > 1.0 and finite, got " + detail::exact_number(v) +
             ". It multiplies the scale after growth_interval clean steps; "
             "PyTorch's default is 2.0.");
   }
@@ -38,7 +33,7 @@ void check_backoff_factor(double v) {
   if (!(v > 0.0 && v < 1.0)) {
     throw InvalidArgument(
         kComponent,
-        "backoff_factor must be in (0, 1), got " + num(v) +
+        "backoff_factor must be in (0, 1), got " + detail::exact_number(v) +
             ". It multiplies the scale after a step with inf/NaN gradients; "
             "PyTorch's default is 0.5.");
   }
@@ -58,7 +53,7 @@ void check_scale_value(const char* what, double v) {
     throw InvalidArgument(
         kComponent,
         std::string(what) + " must be a positive, finite float32, got " +
-            num(v) + ". PyTorch's default init_scale is 65536.0 (2^16).");
+            detail::exact_number(v) + ". PyTorch's default init_scale is 65536.0 (2^16).");
   }
 }
 
@@ -78,8 +73,8 @@ void validate(const GradScalerOptions& o) {
       o.min_scale() > o.init_scale()) {
     throw InvalidArgument(
         kComponent,
-        "min_scale must be in [0, init_scale=" + num(o.init_scale()) +
-            "], got " + num(o.min_scale()) + ". 0 means no floor.");
+        "min_scale must be in [0, init_scale=" + detail::exact_number(o.init_scale()) +
+            "], got " + detail::exact_number(o.min_scale()) + ". 0 means no floor.");
   }
   if (o.max_skipped_steps_at_min_scale() < 0) {
     throw InvalidArgument(
@@ -470,7 +465,7 @@ void GradScaler::update_on_host(const torch::Tensor& found_inf) {
         "training diverged: " + std::to_string(skipped_at_min_scale_) +
             " steps in a row were skipped with the loss scale at its floor "
             "min_scale=" +
-            num(options_.min_scale()) +
+            detail::exact_number(options_.min_scale()) +
             ", so the gradients are inf/NaN even at the smallest scale "
             "allowed. Lower the learning rate, clip gradients "
             "(clip_grad_norm_), check the inputs and the loss for inf/NaN, "
@@ -495,7 +490,7 @@ void GradScaler::report(double old_scale, double new_scale) {
   for (size_t i = 0; i < r.parameters.size(); ++i) {
     line << (i ? ", " : "") << r.parameters[i];
   }
-  line << "; scale " << num(old_scale) << " -> " << num(new_scale) << '\n';
+  line << "; scale " << detail::exact_number(old_scale) << " -> " << detail::exact_number(new_scale) << '\n';
   std::cerr << line.str();
 }
 
@@ -640,7 +635,7 @@ int64_t read_int(const GradScalerState& state, const std::string& key) {
   throw InvalidArgument(
       kComponent,
       "state key \"" + key + "\" must be an integer, got " +
-          (v.isDouble() ? num(v.toDouble())
+          (v.isDouble() ? detail::exact_number(v.toDouble())
                         : "a value of type " + v.tagKind()) +
           ".");
 }

@@ -17,6 +17,8 @@
 #include "checkpoint/files.h"
 #include "utils/crc32c.h"
 
+#include "utils/strings.h"
+
 namespace ampkit::checkpoint {
 namespace {
 
@@ -264,7 +266,7 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
     std::smatch match;
     const std::string name = entry.path().filename().string();
     if (entry.is_directory(ec) && std::regex_match(name, match, pattern)) {
-      found.emplace_back(std::stoll(match[1].str()), entry.path().string());
+      found.emplace_back(*ampkit::detail::parse_int(match[1].str()), entry.path().string());
     }
   }
   std::sort(found.begin(), found.end());

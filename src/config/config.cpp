@@ -18,6 +18,11 @@
 
 #include "ampkit/error.h"
 
+#include "utils/strings.h"
+
+using ampkit::detail::join;
+using ampkit::detail::lower;
+
 namespace ampkit::config {
 
 namespace {
@@ -93,21 +98,6 @@ const std::vector<std::string> kOtherDistributedTypes = {
 
 bool contains(const std::vector<std::string>& list, const std::string& s) {
   return std::find(list.begin(), list.end(), s) != list.end();
-}
-
-std::string join(const std::vector<std::string>& parts, const char* sep) {
-  std::string out;
-  for (const auto& part : parts) {
-    out += (out.empty() ? "" : sep) + part;
-  }
-  return out;
-}
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
-    return static_cast<char>(std::tolower(c));
-  });
-  return text;
 }
 
 // One top-level entry of the file, whatever its format.
@@ -370,16 +360,14 @@ class Reader {
         std::to_string(min) +
         (max == INT64_MAX ? " up" : " to " + std::to_string(max)) + ".";
     const std::string text = scalar(entry, valid);
-    int64_t value = 0;
-    const auto [end, ec] =
-        std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) {
+    if (!detail::parse_int(text)) {
       bad(entry, "must be an integer", valid);
     }
-    if (value < min || value > max) {
+    const auto value = detail::parse_int(text, min, max);
+    if (!value) {
       bad(entry, "is out of range", valid);
     }
-    return value;
+    return *value;
   }
 
   bool boolean(const Entry& entry) const {

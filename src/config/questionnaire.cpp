@@ -14,6 +14,11 @@
 #include "ampkit/config/config.h"
 #include "ampkit/error.h"
 
+#include "utils/strings.h"
+
+using ampkit::detail::lower;
+using ampkit::detail::parse_int;
+
 namespace ampkit::config {
 
 namespace {
@@ -30,23 +35,6 @@ std::string trim(std::string_view text) {
     text.remove_suffix(1);
   }
   return std::string(text);
-}
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
-    return static_cast<char>(std::tolower(c));
-  });
-  return text;
-}
-
-std::optional<int64_t> parse_int(const std::string& text) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end) {
-    return std::nullopt;
-  }
-  return value;
 }
 
 std::optional<bool> parse_bool(const std::string& text) {

@@ -21,9 +21,11 @@
 #include <sstream>
 #include <thread>
 
-#include "ampkit/config/config.h"
 #include "ampkit/error.h"
 #include "diag/cuda_doctor.h"
+
+#include "utils/strings.h"
+
 
 namespace ampkit::diag {
 
@@ -37,14 +39,6 @@ constexpr double kDiskFailBytes = 1 * kGiB;
 constexpr double kDiskWarnBytes = 10 * kGiB;
 /// A reduced precision more than this much slower than fp32 is refused.
 constexpr double kSlowerThanFp32 = 0.9;
-
-std::string join(const std::vector<std::string>& parts, const char* sep) {
-  std::string out;
-  for (const auto& p : parts) {
-    out += out.empty() ? p : sep + p;
-  }
-  return out;
-}
 
 std::string format_gflops(double gflops) {
   char buf[32];
@@ -167,10 +161,7 @@ CheckResult check_libtorch(const Capabilities& caps) {
 
 // "MKL", "OpenBLAS", ... from a library's real path; "" for anything else.
 std::string classify_blas(const std::string& path) {
-  std::string lower = path;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](char ch) {
-    return static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  });
+  const std::string lower = ampkit::detail::lower(path);
   const std::string file = fs::path(lower).filename().string();
   if (lower.find("mkl") != std::string::npos) {
     return "MKL";
@@ -416,62 +407,6 @@ void add_cuda_checks(
   }
 }
 
-std::string default_config_file() {
-  return config::default_config_path();
-}
-
-CheckResult check_config(const std::optional<std::string>& given) {
-  const std::string path = given ? *given : default_config_file();
-  CheckResult check{"config", CheckStatus::ok, "", ""};
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    if (given) {
-      check.status = CheckStatus::fail;
-      check.value = "not found: " + path;
-      check.detail = "pass an existing file, or none to use " +
-                     default_config_file() + ".";
-    } else {
-      check.value = "none (defaults)";
-      check.detail = "looked for " + path +
-                     " ($AMPKIT_CONFIG_FILE, else ${XDG_CACHE_HOME:-~/.cache}/"
-                     "ampkit/default_config.yaml).";
-    }
-    return check;
-  }
-  try {
-    config::load_config(path);
-    check.value = path;
-  } catch (const config::ConfigError& e) {
-    const std::string message = e.what();
-    const std::string prefix = e.component() + ": ";
-    if (e.unknown_key()) {
-      // Values were all checked first: an unknown key is the only problem.
-      check.status = CheckStatus::warn;
-      check.value = path + ": unknown key " + e.key() + " (line " +
-                    std::to_string(e.line()) + ")";
-      check.detail =
-          "ampkit's config loader refuses the file until it is fixed or "
-          "removed; known keys: " +
-          join(config::known_keys(), ", ") + ".";
-    } else {
-      check.status = CheckStatus::fail;
-      check.value = message.rfind(prefix, 0) == 0
-          ? message.substr(prefix.size())
-          : message;
-      check.detail =
-          "fix the value, or write a new file with `ampkit config`.";
-    }
-  } catch (const IoError& e) {
-    const std::string message = e.what();
-    const std::string prefix = e.component() + ": ";
-    check.status = CheckStatus::fail;
-    check.value =
-        message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
-    check.detail = "fix the file, or write a new one with `ampkit config`.";
-  }
-  return check;
-}
-
 CheckResult check_disk(const std::string& project_dir) {
   // The project directory may not exist yet: its nearest existing parent is
   // on the file system it will be created on.
@@ -643,8 +578,10 @@ DoctorReport run_doctor(const DoctorOptions& options) {
     checks.push_back(check_precision(rec.device, caps, rec));
   }
   add_cuda_checks(checks, caps, detail::cuda_info());
-  checks.push_back(check_config(options.config_file));
   checks.push_back(check_disk(options.project_dir));
+  for (const auto& check : options.more_checks) {
+    checks.push_back(check());
+  }
   return report;
 }
 

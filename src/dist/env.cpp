@@ -6,6 +6,8 @@
 
 #include "ampkit/error.h"
 
+#include "utils/strings.h"
+
 namespace ampkit::dist {
 namespace {
 
@@ -30,15 +32,13 @@ std::optional<int64_t> read_int(
     }
     return std::nullopt;
   }
-  errno = 0;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(value->c_str(), &end, 10);
-  if (value->empty() || end == nullptr || *end != '\0' || errno != 0) {
+  const auto parsed = detail::parse_int(*value);
+  if (!parsed) {
     throw InvalidArgument(
         kComponent,
         name + " must be an integer, got '" + *value + "'." + kHowToLaunch);
   }
-  return parsed;
+  return *parsed;
 }
 
 void check_range(

@@ -9,6 +9,8 @@
 
 #include "ampkit/error.h"
 
+#include "utils/strings.h"
+
 namespace ampkit::optim {
 
 namespace {
@@ -18,13 +20,6 @@ constexpr double kPi = 3.141592653589793;
 constexpr const char* kKinds =
     "constant_with_warmup, linear_with_warmup, cosine_with_warmup, step, "
     "reduce_on_plateau";
-
-std::string num(double v) {
-  std::ostringstream out;
-  out.precision(17);
-  out << v;
-  return out.str();
-}
 
 std::string in_quotes(const std::string& s) {
   return "\"" + s + "\"";
@@ -61,7 +56,7 @@ void check_num_cycles(const char* component, double v) {
   if (!(v >= 0.0) || !std::isfinite(v)) {
     throw InvalidArgument(
         component,
-        "num_cycles must be >= 0 and finite, got " + num(v) +
+        "num_cycles must be >= 0 and finite, got " + detail::exact_number(v) +
             ". It counts the cosine waves after warmup; 0.5 (the default) "
             "decays once from the base lr to 0.");
   }
@@ -80,7 +75,7 @@ void check_gamma(const char* component, double v) {
   if (!(v > 0.0) || !std::isfinite(v)) {
     throw InvalidArgument(
         component,
-        "gamma must be > 0 and finite, got " + num(v) +
+        "gamma must be > 0 and finite, got " + detail::exact_number(v) +
             ". It multiplies the lr every step_size steps; PyTorch's default "
             "is 0.1.");
   }
@@ -101,7 +96,7 @@ void check_non_negative(const char* what, double v, const char* hint) {
   if (!(v >= 0.0) || !std::isfinite(v)) {
     throw InvalidArgument(
         kPlateau,
-        std::string(what) + " must be >= 0 and finite, got " + num(v) + ". " +
+        std::string(what) + " must be >= 0 and finite, got " + detail::exact_number(v) + ". " +
             hint);
   }
 }
@@ -125,7 +120,7 @@ void validate(const ReduceLROnPlateauOptions& o) {
   if (!(o.factor() >= 0.0 && o.factor() < 1.0)) {
     throw InvalidArgument(
         kPlateau,
-        "factor must be in [0, 1), got " + num(o.factor()) +
+        "factor must be in [0, 1), got " + detail::exact_number(o.factor()) +
             ". It multiplies the lr on a plateau; PyTorch's default is 0.1.");
   }
   check_non_negative(
@@ -172,7 +167,7 @@ c10::IValue coerce(
     throw InvalidArgument(
         component,
         where + " must be an integer, got " +
-            (value.isDouble() ? num(value.toDouble())
+            (value.isDouble() ? detail::exact_number(value.toDouble())
                               : "a value of type " + value.tagKind()) +
             "." + fix);
   }
@@ -228,7 +223,7 @@ void check_lrs(
       throw InvalidArgument(
           component,
           "state key " + in_quotes(key) + " must hold finite lrs >= 0, got " +
-              num(lrs[i]) + " for param group " + std::to_string(i) +
+              detail::exact_number(lrs[i]) + " for param group " + std::to_string(i) +
               ". Load a value saved by state_dict().");
     }
   }
@@ -276,7 +271,7 @@ void LRScheduler::step() {
 void LRScheduler::step(double metric) {
   throw UsageError(
       component(),
-      "step(metric) is only for ReduceLROnPlateau, got step(" + num(metric) +
+      "step(metric) is only for ReduceLROnPlateau, got step(" + detail::exact_number(metric) +
           ") on a " + in_quotes(name()) +
           " scheduler. Call step() after each optimizer step; this schedule "
           "depends on the step count alone.");

@@ -18,6 +18,8 @@
 
 #include "ampkit/error.h"
 
+#include "utils/strings.h"
+
 namespace ampkit::track {
 namespace {
 
@@ -103,19 +105,9 @@ bool parse_double(const std::string& text, double& value) {
   if (parse_non_finite(text, value)) {
     return true;
   }
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  if (begin != end && *begin == '+') {
-    ++begin;
-  }
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  return ec == std::errc() && ptr == end && begin != end;
-}
-
-bool parse_int64(const std::string& text, int64_t& value) {
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  return ec == std::errc() && ptr == end && !text.empty();
+  const auto parsed = detail::parse_double(text);
+  value = parsed.value_or(0.0);
+  return parsed.has_value();
 }
 
 std::ifstream open_for_reading(const std::string& path) {
@@ -303,7 +295,9 @@ void read_csv(const std::string& path, std::map<std::string, Series>& series) {
               std::to_string(fields.size()) + " fields instead of 4, got '" +
               clip(line) + "'" + hint);
     }
-    if (!parse_int64(fields[0], step)) {
+    if (const auto parsed = detail::parse_int(fields[0])) {
+      step = *parsed;
+    } else {
       throw IoError(
           kComponent,
           where(path, line_number) + ": step is not an integer, got '" +

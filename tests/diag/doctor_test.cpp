@@ -1,6 +1,7 @@
 // The doctor's precision recommendation with injected capability data and
 // timings, and a real run of every check on this machine.
 #include "ampkit/diag/doctor.h"
+#include "ampkit/config/config_check.h"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -50,7 +51,8 @@ class DoctorRunTest : public ampkit::testing_util::TempDirTest {
   DoctorOptions quick(std::optional<std::string> config_file) const {
     DoctorOptions options;
     options.project_dir = fs::temp_directory_path().string();
-    options.config_file = std::move(config_file);
+    options.more_checks.push_back(
+        [config_file] { return ampkit::config::check_config_file(config_file); });
     options.matmul_size = 256;
     options.min_seconds = 0.05;
     return options;

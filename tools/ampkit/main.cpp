@@ -21,12 +21,13 @@
 #include "ampkit/accelerator/self_test.h"
 #include "ampkit/amp/capability.h"
 #include "ampkit/config/config.h"
+#include "ampkit/config/config_check.h"
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/dist/launcher.h"
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
-#include "ampkit/utils/memory_estimate.h"
+#include "ampkit/diag/memory_estimate.h"
 #include "ampkit/version.h"
 
 namespace {
@@ -531,8 +532,12 @@ int main(int argc, char** argv) {
     }
   }
   if (doctor->parsed()) {
-    if (!doctor_config_file.empty()) {
-      doctor_options.config_file = doctor_config_file;
+    {
+      const std::optional<std::string> file = doctor_config_file.empty()
+          ? std::nullopt
+          : std::optional<std::string>(doctor_config_file);
+      doctor_options.more_checks.push_back(
+          [file] { return ampkit::config::check_config_file(file); });
     }
     return run_doctor_command(doctor_options);
   }

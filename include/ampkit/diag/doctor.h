@@ -3,6 +3,7 @@
 // mixed_precision per device from the same capability rules `auto` uses.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,11 +61,9 @@ PrecisionRecommendation recommend_precision(
 struct DoctorOptions {
   /// Where checkpoints and logs go: its file system's free space is checked.
   std::string project_dir = ".";
-  /// The accelerate-style config file to validate; a file given here must
-  /// exist. Default: $AMPKIT_CONFIG_FILE, else
-  /// ${XDG_CACHE_HOME:-~/.cache}/ampkit/default_config.yaml, which may be
-  /// absent (defaults are used).
-  std::optional<std::string> config_file;
+  /// Checks run after the built-in ones, in order: the CLI adds the config
+  /// file's (config::check_config_file), which lives in a higher layer.
+  std::vector<std::function<CheckResult()>> more_checks;
   /// n of the timed [n, n] @ [n, n] matmuls, >= 1. Default 1024.
   int matmul_size = 1024;
   /// Each matmul is timed for at least this long, in seconds, after one
@@ -86,8 +85,8 @@ struct DoctorReport {
 };
 
 /// Runs every check: libtorch, blas, threads, cpu, precision (<device>) per
-/// device, gpu, cuda, nccl, one "gpu (cuda:<i>)" per visible GPU, config,
-/// disk. Problems become checks; it throws only on invalid options
+/// device, gpu, cuda, nccl, one "gpu (cuda:<i>)" per visible GPU, disk,
+/// then options.more_checks. Problems become checks; it throws only on invalid options
 /// (ampkit::InvalidArgument).
 DoctorReport run_doctor(const DoctorOptions& options = {});
 

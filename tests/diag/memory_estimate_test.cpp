@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ampkit/error.h"
-#include "ampkit/utils/memory_estimate.h"
+#include "ampkit/diag/memory_estimate.h"
 
 namespace {
 
@@ -33,7 +33,7 @@ TEST(MemoryEstimateTest, ParameterCountsTakeSuffixes) {
   EXPECT_EQ(ampkit::parse_parameter_count("350M"), 350000000);
   EXPECT_EQ(ampkit::parse_parameter_count("1.5b"), 1500000000);
   EXPECT_EQ(ampkit::parse_parameter_count("7K"), 7000);
-  for (const char* bad : {"", "M", "1.2.3M", "-5", "7X", "0"}) {
+  for (const char* bad : {"", "M", "1.2.3M", "-5", "7X", "0", ".", ".M"}) {
     EXPECT_THAT([bad] { ampkit::parse_parameter_count(bad); },
         ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("--params must be a count")))
         << bad;

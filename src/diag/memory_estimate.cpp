@@ -1,4 +1,4 @@
-#include "ampkit/utils/memory_estimate.h"
+#include "ampkit/diag/memory_estimate.h"
 
 #include <cctype>
 #include <cmath>
@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "ampkit/error.h"
+
+#include "utils/strings.h"
 
 namespace ampkit {
 namespace {
@@ -85,7 +87,11 @@ int64_t parse_parameter_count(const std::string& text) {
       number.find('.') != number.rfind('.')) {
     throw bad();
   }
-  const double value = std::stod(number) * scale;
+  const auto parsed = detail::parse_double(number);  // "." is not a number
+  if (!parsed) {
+    throw bad();
+  }
+  const double value = *parsed * scale;
   if (!(value >= 1) || value > 1e15) {
     throw bad();
   }

@@ -1,0 +1,54 @@
+# The layer order of ../shared/DESIGN.md, checked: every #include of a
+# layer's public header ("ampkit/<layer>/...") or private header
+# ("<layer>/...", src/<layer>/) from a file of src/ or include/ampkit/ must
+# point to the same layer or a lower one. utils/ and the root headers
+# (ampkit/error.h, ampkit/state_dict.h, ampkit/version.h) are below every
+# layer; the umbrella ampkit/ampkit.h is above all of them.
+# Run as cmake -DROOT=<source dir> -P check_layers.cmake.
+set(layers utils amp dist data optim checkpoint track diag config accelerator)
+set(violations "")
+set(edges 0)
+foreach(base src include/ampkit)
+  file(GLOB_RECURSE files RELATIVE "${ROOT}/${base}"
+    "${ROOT}/${base}/*.h" "${ROOT}/${base}/*.cpp")
+  foreach(file IN LISTS files)
+    string(REGEX MATCH "^[^/]+" from "${file}")
+    list(FIND layers "${from}" from_rank)
+    if(from_rank EQUAL -1 OR NOT file MATCHES "/")
+      continue()  # a file outside the layer folders
+    endif()
+    file(STRINGS "${ROOT}/${base}/${file}" includes
+      REGEX "^[ \t]*#[ \t]*include[ \t]+\"[^\"]+\"")
+    foreach(line IN LISTS includes)
+      string(REGEX REPLACE "^[^\"]*\"([^\"]+)\".*$" "\\1" target "${line}")
+      if(target MATCHES "^ampkit/ampkit\\.h$")
+        set(to_rank 99)
+        set(to "the umbrella header")
+      elseif(target MATCHES "^ampkit/([^/]+)/")
+        set(to "${CMAKE_MATCH_1}")
+        list(FIND layers "${to}" to_rank)
+      elseif(target MATCHES "^([^/]+)/")
+        set(to "${CMAKE_MATCH_1}")
+        list(FIND layers "${to}" to_rank)
+      else()
+        continue()  # a root header or a file of the same folder
+      endif()
+      if(to_rank EQUAL -1)
+        continue()  # not a layer (a third-party header)
+      endif()
+      math(EXPR edges "${edges} + 1")
+      if(to_rank GREATER from_rank)
+        list(APPEND violations
+          "${base}/${file}: #include \"${target}\": ${from}/ is below ${to} in the layer order")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(violations)
+  list(JOIN violations "\n  " text)
+  message(FATAL_ERROR
+    "Includes against the layer order (${layers}, lowest first; "
+    "../shared/DESIGN.md):\n  ${text}\nMove the code to the higher layer, "
+    "or pass what it needs down as a parameter or callback.")
+endif()
+message(STATUS "layers: ${edges} include edges between layers, all downward")

@@ -1,0 +1,82 @@
+// String helpers shared by every layer: case folding, joining, numbers
+// printed so that they read back exactly, and whole-string number parsing
+// with range checks (std::from_chars: no locale, no exceptions, no partial
+// matches such as "12abc" or " 3").
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampkit::detail {
+
+/// ASCII lower case.
+inline std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return text;
+}
+
+/// parts[0] + sep + parts[1] + ...
+inline std::string join(
+    const std::vector<std::string>& parts,
+    std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) {
+      out += sep;
+    }
+    out += parts[i];
+  }
+  return out;
+}
+
+/// `v` with 17 significant digits: what an error message quotes reads back
+/// as the same double.
+inline std::string exact_number(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+/// The whole of `text` as a base-10 integer in [min, max]; empty when it is
+/// not one (empty, a sign alone, other characters, out of range).
+inline std::optional<int64_t> parse_int(
+    std::string_view text,
+    int64_t min = std::numeric_limits<int64_t>::min(),
+    int64_t max = std::numeric_limits<int64_t>::max()) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < min ||
+      value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+/// The whole of `text` as a decimal or scientific number (a leading '+' is
+/// allowed, as JSON writers and Python's float() allow it); empty otherwise.
+inline std::optional<double> parse_double(std::string_view text) {
+  if (!text.empty() && text.front() == '+') {
+    text.remove_prefix(1);
+  }
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace ampkit::detail
