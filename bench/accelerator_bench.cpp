@@ -71,51 +71,60 @@ struct Figures {
   double accelerator_ms = 0;
 };
 
-Figures measure(ampkit::Precision precision, int steps, bool run_raw,
-                bool run_accelerator, bool set_to_none,
-                bool fused) {
+Figures measure(
+    ampkit::Precision precision,
+    int steps,
+    bool run_raw,
+    bool run_accelerator,
+    bool set_to_none,
+    bool fused) {
   const Data data = make_data(64);
   const bool bf16 = precision == ampkit::Precision::bf16;
 
   // Raw LibTorch, as a LibTorch user writes the torch.amp recipe.
   auto raw_model = make_mlp();
   torch::optim::AdamW raw_opt(raw_model->parameters(), 1e-3);
-  Arm raw{"raw", [&](size_t i) {
-            if (set_to_none) {
-              // PyTorch 2.x's zero_grad() default; 1.13's C++ has no flag.
-              for (auto& p : raw_model->parameters()) {
-                p.mutable_grad().reset();
-              }
-            } else {
-              raw_opt.zero_grad();
-            }
-            torch::Tensor loss;
-            {
-              ampkit::Autocast guard(torch::kCPU, torch::kBFloat16, bf16);
-              auto out = raw_model->forward(data.x[i]);
-              loss = torch::cross_entropy_loss(out, data.y[i]);
-            }
-            loss.backward();
-            raw_opt.step();
-          }, {}};
+  Arm raw{
+      "raw",
+      [&](size_t i) {
+        if (set_to_none) {
+          // PyTorch 2.x's zero_grad() default; 1.13's C++ has no flag.
+          for (auto& p : raw_model->parameters()) {
+            p.mutable_grad().reset();
+          }
+        } else {
+          raw_opt.zero_grad();
+        }
+        torch::Tensor loss;
+        {
+          ampkit::Autocast guard(torch::kCPU, torch::kBFloat16, bf16);
+          auto out = raw_model->forward(data.x[i]);
+          loss = torch::cross_entropy_loss(out, data.y[i]);
+        }
+        loss.backward();
+        raw_opt.step();
+      },
+      {}};
 
   // The same loop with the Accelerator.
-  ampkit::Accelerator accelerator(
-      ampkit::AcceleratorOptions()
-          .mixed_precision(precision)
-          .fused_optimizer_step(fused)
-          .quiet(true));
+  ampkit::Accelerator accelerator(ampkit::AcceleratorOptions()
+                                      .mixed_precision(precision)
+                                      .fused_optimizer_step(fused)
+                                      .quiet(true));
   auto net = make_mlp();
   torch::optim::AdamW adamw(net->parameters(), 1e-3);
   auto [model, optimizer] = accelerator.prepare(net, adamw);
-  Arm accel{"accelerator", [&](size_t i) {
-              auto scope = accelerator.accumulate(model);
-              auto loss = torch::cross_entropy_loss(model(data.x[i]), data.y[i]);
-              accelerator.backward(loss);
-              optimizer.step();
-              // The same clearing as the raw arm, so both do the same work.
-              optimizer.zero_grad(set_to_none);
-            }, {}};
+  Arm accel{
+      "accelerator",
+      [&](size_t i) {
+        auto scope = accelerator.accumulate(model);
+        auto loss = torch::cross_entropy_loss(model(data.x[i]), data.y[i]);
+        accelerator.backward(loss);
+        optimizer.step();
+        // The same clearing as the raw arm, so both do the same work.
+        optimizer.zero_grad(set_to_none);
+      },
+      {}};
 
   std::vector<Arm*> arms;
   if (run_raw) {

@@ -44,8 +44,10 @@ int main(int argc, char** argv) {
   const int64_t width = argc > 1 ? std::stoll(argv[1]) : 768;
   const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
   const int reps = argc > 3 ? std::stoi(argv[3]) : 15;
-  ampkit::Accelerator accelerator(
-      ampkit::AcceleratorOptions().cpu(true).quiet(true).gradient_accumulation_steps(2));
+  ampkit::Accelerator accelerator(ampkit::AcceleratorOptions()
+                                      .cpu(true)
+                                      .quiet(true)
+                                      .gradient_accumulation_steps(2));
   torch::manual_seed(0);
   Mlp net(width);
   torch::optim::SGD sgd(net->parameters(), 1e-4);
@@ -91,16 +93,21 @@ int main(int argc, char** argv) {
       params += p.numel();
     }
     std::printf(
-        "ddp_overlap: %d processes, %lld parameters (%.1f MB of fp32 gradients), "
+        "ddp_overlap: %d processes, %lld parameters (%.1f MB of fp32 "
+        "gradients), "
         "batch %lld per process, 1 thread each, median of %d\n",
         static_cast<int>(accelerator.num_processes()),
-        static_cast<long long>(params), params * 4 / 1e6,
-        static_cast<long long>(batch), reps);
+        static_cast<long long>(params),
+        params * 4 / 1e6,
+        static_cast<long long>(batch),
+        reps);
     std::printf("  step without sync   %.2f ms\n", a * 1e3);
     std::printf("  step with sync      %.2f ms\n", b * 1e3);
     std::printf("  all-reduce alone    %.2f ms\n", c * 1e3);
-    std::printf("  hidden behind backward: %.0f%% of the all-reduce ((a + c - b) / c)\n",
-                100.0 * std::clamp((a + c - b) / c, 0.0, 1.0));
+    std::printf(
+        "  hidden behind backward: %.0f%% of the all-reduce ((a + c - b) / "
+        "c)\n",
+        100.0 * std::clamp((a + c - b) / c, 0.0, 1.0));
   }
   return 0;
 }

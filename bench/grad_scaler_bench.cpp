@@ -76,8 +76,7 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
     restore();
     const auto t0 = Clock::now();
     body();
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0)
-        .count();
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
   std::vector<double> plain, scaled, fused_alone, fused_scaled;
   const int warmup = 5;

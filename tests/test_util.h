@@ -50,8 +50,8 @@ class TempDirTest : public ::testing::Test {
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = std::filesystem::temp_directory_path() /
-        ("ampkit-" + std::string(info->test_suite_name()) + "-" +
-         info->name() + "-" + std::to_string(::getpid()));
+           ("ampkit-" + std::string(info->test_suite_name()) + "-" +
+            info->name() + "-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

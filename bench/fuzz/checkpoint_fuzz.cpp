@@ -27,7 +27,8 @@ namespace {
 namespace ck = ampkit::checkpoint;
 
 [[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "checkpoint_fuzz: round trip failed: %s\n", what.c_str());
+  std::fprintf(
+      stderr, "checkpoint_fuzz: round trip failed: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
 }
@@ -49,16 +50,22 @@ void fuzz_safetensors(std::string_view bytes) {
   } catch (const ampkit::IoError&) {
     return;
   }
-  const std::string again = ck::encode_safetensors(first.tensors, first.metadata);
-  const ck::Safetensors second = ck::decode_safetensors(again, "roundtrip.safetensors");
+  const std::string again =
+      ck::encode_safetensors(first.tensors, first.metadata);
+  const ck::Safetensors second =
+      ck::decode_safetensors(again, "roundtrip.safetensors");
   if (second.tensors.size() != first.tensors.size()) {
-    fail(std::to_string(first.tensors.size()) + " tensors, then " + std::to_string(second.tensors.size()));
+    fail(
+        std::to_string(first.tensors.size()) + " tensors, then " +
+        std::to_string(second.tensors.size()));
   }
   for (size_t i = 0; i < first.tensors.size(); ++i) {
     const auto& [n1, t1] = first.tensors[i];
     const auto& [n2, t2] = second.tensors[i];
     if (n1 != n2) {
-      fail("tensor " + std::to_string(i) + " is '" + n1 + "', then '" + n2 + "'");
+      fail(
+          "tensor " + std::to_string(i) + " is '" + n1 + "', then '" + n2 +
+          "'");
     }
     if (!same_tensor(t1, t2)) {
       fail("tensor '" + n1 + "' differs after the round trip");
@@ -70,8 +77,8 @@ void fuzz_safetensors(std::string_view bytes) {
 }
 
 bool same_manifest(const ck::Manifest& a, const ck::Manifest& b) {
-  if (a.ampkit_version != b.ampkit_version || a.world_size != b.world_size || a.step != b.step ||
-      a.files.size() != b.files.size()) {
+  if (a.ampkit_version != b.ampkit_version || a.world_size != b.world_size ||
+      a.step != b.step || a.files.size() != b.files.size()) {
     return false;
   }
   for (size_t i = 0; i < a.files.size(); ++i) {
@@ -90,7 +97,8 @@ void fuzz_manifest(std::string_view text) {
   } catch (const ampkit::IoError&) {
     return;
   }
-  const ck::Manifest second = ck::decode_manifest(ck::encode_manifest(first), "roundtrip/manifest.json");
+  const ck::Manifest second = ck::decode_manifest(
+      ck::encode_manifest(first), "roundtrip/manifest.json");
   if (!same_manifest(first, second)) {
     fail("the manifest differs after encode_manifest and decode_manifest");
   }
@@ -102,7 +110,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) {
     return 0;
   }
-  const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::string_view rest(
+      reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] % 2 == 0) {
     fuzz_safetensors(rest);
   } else {

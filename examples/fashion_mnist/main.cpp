@@ -62,7 +62,7 @@ struct Args {
   int threads = 0;          // 0 = every core
   int64_t limit_train = 0;  // 0 = all 60000
   int64_t limit_test = 0;   // 0 = all 10000
-  std::string log_with;  // "" = none
+  std::string log_with;     // "" = none
   double min_accuracy = 0;  // exit 1 below this (for CI)
   std::string data_dir = ampkit::data::kFashionMnistDir;
   std::string output_dir = "fashion_mnist_output";
@@ -77,8 +77,10 @@ std::optional<size_t> limit(int64_t n) {
 
 // Each process scores its share of the test set; the counts are summed.
 template <typename Model>
-double accuracy(Model& model, const ampkit::data::FashionMnist& test,
-                ampkit::Accelerator& accelerator) {
+double accuracy(
+    Model& model,
+    const ampkit::data::FashionMnist& test,
+    ampkit::Accelerator& accelerator) {
   torch::NoGradGuard no_grad;
   model->eval();
   const int64_t n = test.images.size(0);
@@ -134,19 +136,18 @@ int run(const Args& args) {
 
   ampkit::data::FashionMnistBatchDataset train_set(
       true, args.data_dir, limit(args.limit_train));
-  const auto test =
-      ampkit::data::FashionMnistDataset(
-          false, args.data_dir, limit(args.limit_test))
-          .data();
+  const auto test = ampkit::data::FashionMnistDataset(
+                        false, args.data_dir, limit(args.limit_test))
+                        .data();
   const int64_t n_train = static_cast<int64_t>(*train_set.size());
 
   Net net;
   torch::optim::AdamW adamw(
-      net->parameters(), torch::optim::AdamWOptions(args.lr).weight_decay(1e-4));
+      net->parameters(),
+      torch::optim::AdamWOptions(args.lr).weight_decay(1e-4));
   // Per process: the global batch is batch_size x num_processes.
   const int64_t global_batch = args.batch_size * accelerator.num_processes();
-  const int64_t batches_per_epoch =
-      (n_train + global_batch - 1) / global_batch;
+  const int64_t batches_per_epoch = (n_train + global_batch - 1) / global_batch;
   const int64_t accumulation = accelerator.gradient_accumulation_steps();
   const int64_t steps_per_epoch =
       (batches_per_epoch + accumulation - 1) / accumulation;
@@ -179,7 +180,8 @@ int run(const Args& args) {
   // Checkpoints go to OUTPUT_DIR/checkpoints/checkpoint_STEP; `latest` picks
   // the newest complete one, so one command line can be re-run after a crash.
   const std::string checkpoints = (output_dir / "checkpoints").string();
-  examples::resume_from_checkpoint(accelerator, args.resume_from_checkpoint, checkpoints);
+  examples::resume_from_checkpoint(
+      accelerator, args.resume_from_checkpoint, checkpoints);
   ampkit::track::ProgressOptions progress_options;
   progress_options.enabled = accelerator.is_main_process();
   ampkit::track::Progress progress(total_steps, progress_options);
@@ -222,25 +224,33 @@ int run(const Args& args) {
       const double secs = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - start)
                               .count();
-      progress.update(
-          {steps, epoch, train_loss, double(epoch_samples) / secs});
-      if (args.checkpointing_steps > 0 && steps % args.checkpointing_steps == 0) {
-        accelerator.save_state(
-            (std::filesystem::path(checkpoints) / ("checkpoint_" + std::to_string(steps))).string());
+      progress.update({steps, epoch, train_loss, double(epoch_samples) / secs});
+      if (args.checkpointing_steps > 0 &&
+          steps % args.checkpointing_steps == 0) {
+        accelerator.save_state((std::filesystem::path(checkpoints) /
+                                ("checkpoint_" + std::to_string(steps)))
+                                   .string());
       }
       if (steps == total_steps) {
         break;
       }
     }
-    train_seconds += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    train_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     samples += epoch_samples;
     epoch_accuracy = accuracy(model, test, accelerator);
     accelerator.log({{"test_accuracy", epoch_accuracy}});
-    progress.update({steps, epoch, train_loss, double(epoch_samples) /
-        std::max(1e-9, std::chrono::duration<double>(
-            std::chrono::steady_clock::now() - start).count())});
+    progress.update(
+        {steps,
+         epoch,
+         train_loss,
+         double(epoch_samples) /
+             std::max(
+                 1e-9,
+                 std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - start)
+                     .count())});
     if (!accelerator.is_main_process()) {
       continue;
     }
@@ -297,14 +307,18 @@ int main(int argc, char** argv) {
       "Train a small CNN on Fashion-MNIST with ampkit's Accelerator. Unset "
       "options come from the launcher's environment (AMPKIT_MIXED_PRECISION, "
       "AMPKIT_GRADIENT_ACCUMULATION_STEPS), else their defaults."};
-  app.add_option(examples::flags("epochs"), args.epochs, "passes over the training set")
+  app.add_option(
+         examples::flags("epochs"), args.epochs, "passes over the training set")
       ->check(CLI::PositiveNumber);
   app.add_option(
-      examples::flags("max-steps"),
-      args.max_steps,
-      "stop after this many optimizer steps (0: no limit)")
+         examples::flags("max-steps"),
+         args.max_steps,
+         "stop after this many optimizer steps (0: no limit)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option(examples::flags("batch-size"), args.batch_size, "images per micro-batch")
+  app.add_option(
+         examples::flags("batch-size"),
+         args.batch_size,
+         "images per micro-batch")
       ->check(CLI::PositiveNumber);
   app.add_option(examples::flags("lr"), args.lr, "AdamW peak learning rate")
       ->check(CLI::PositiveNumber);
@@ -313,19 +327,24 @@ int main(int argc, char** argv) {
       args.mixed_precision,
       "no, fp16, bf16 or auto (default: the environment, else no)");
   app.add_option(
-      examples::flags("gradient-accumulation-steps"),
-      args.gradient_accumulation_steps,
-      "micro-batches per optimizer step (default: the environment, else 1)")
+         examples::flags("gradient-accumulation-steps"),
+         args.gradient_accumulation_steps,
+         "micro-batches per optimizer step (default: the environment, else 1)")
       ->check(CLI::PositiveNumber);
-  app.add_flag(examples::flags("cpu"), args.cpu, "train on the CPU even with a GPU");
+  app.add_flag(
+      examples::flags("cpu"), args.cpu, "train on the CPU even with a GPU");
   app.add_option(
-      examples::flags("threads"), args.threads, "intra-op threads (default: every core)");
+      examples::flags("threads"),
+      args.threads,
+      "intra-op threads (default: every core)");
   app.add_option(
       examples::flags("limit-train"),
       args.limit_train,
       "use only the first N training images");
   app.add_option(
-      examples::flags("limit-test"), args.limit_test, "use only the first N test images");
+      examples::flags("limit-test"),
+      args.limit_test,
+      "use only the first N test images");
   app.add_option(
       examples::flags("log-with"),
       args.log_with,
@@ -340,9 +359,9 @@ int main(int argc, char** argv) {
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
   app.add_option(
-      examples::flags("checkpointing-steps"),
-      args.checkpointing_steps,
-      "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
+         examples::flags("checkpointing-steps"),
+         args.checkpointing_steps,
+         "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
       ->check(CLI::NonNegativeNumber);
   app.add_option(
       examples::flags("resume-from-checkpoint"),

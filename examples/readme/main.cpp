@@ -23,9 +23,9 @@ int main() {
                                       .mixed_precision("auto")
                                       .gradient_accumulation_steps(2)
                                       .seed(0));
-  auto dataset = torch::data::datasets::TensorDataset(torch::randn({256, 784}))
-                     .map(torch::data::transforms::Stack<
-                          torch::data::TensorExample>());
+  auto dataset =
+      torch::data::datasets::TensorDataset(torch::randn({256, 784}))
+          .map(torch::data::transforms::Stack<torch::data::TensorExample>());
   auto data_loader =
       torch::data::make_data_loader<torch::data::samplers::RandomSampler>(
           std::move(dataset), torch::data::DataLoaderOptions(32));
@@ -44,8 +44,8 @@ int main() {
     for (auto& batch : loader) {  // batches arrive on the device
       auto scope = accelerator.accumulate(model);
       // model(x) runs under autocast and returns fp32 logits.
-      auto loss = torch::cross_entropy_loss(
-          model(batch.data), labels_of(batch.data));
+      auto loss =
+          torch::cross_entropy_loss(model(batch.data), labels_of(batch.data));
       accelerator.backward(loss);  // / accumulation steps, scaled for fp16
       if (accelerator.sync_gradients()) {
         accelerator.clip_grad_norm_(net->parameters(), 1.0);

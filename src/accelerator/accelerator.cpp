@@ -2,12 +2,12 @@
 // mixed precision, gradient accumulation, clipping and scheduler stepping.
 #include "ampkit/accelerator/accelerator.h"
 
-#include <torch/serialize/input-archive.h>
 #include <torch/cuda.h>
+#include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -16,12 +16,12 @@
 #include <sstream>
 
 #include "accelerator/state.h"
-#include "ampkit/track/system_stats.h"
-#include "optim/fused_step.h"
 #include "amp/compat.h"
-#include "ampkit/optim/fused.h"
 #include "ampkit/error.h"
+#include "ampkit/optim/fused.h"
+#include "ampkit/track/system_stats.h"
 #include "ampkit/utils/random.h"
+#include "optim/fused_step.h"
 
 namespace ampkit {
 
@@ -53,9 +53,7 @@ double wall_time_now() {
 }
 
 void log_to_trackers(
-    AcceleratorState& state,
-    const track::Metrics& metrics,
-    int64_t step) {
+    AcceleratorState& state, const track::Metrics& metrics, int64_t step) {
   const double now = wall_time_now();
   for (auto& tracker : state.trackers) {
     tracker->log(metrics, step, now);
@@ -119,8 +117,7 @@ const std::string* AcceleratorState::first_non_finite_gradient() const {
 }
 
 void move_optimizer_state(
-    torch::optim::Optimizer& optimizer,
-    const c10::Device& device) {
+    torch::optim::Optimizer& optimizer, const c10::Device& device) {
   if (optimizer.state().empty()) {
     return;
   }
@@ -151,8 +148,7 @@ void note_batch(AcceleratorState& state, int64_t samples) {
 }
 
 std::shared_ptr<LoaderPosition> register_loader(
-    AcceleratorState& state,
-    const data::ShardedSampler& sampler) {
+    AcceleratorState& state, const data::ShardedSampler& sampler) {
   auto position = std::make_shared<LoaderPosition>(LoaderPosition{sampler, 0});
   state.loaders.push_back(position);
   return position;
@@ -307,8 +303,7 @@ Accelerator::~Accelerator() {
 }
 
 void Accelerator::init_trackers(
-    const std::string& project_name,
-    const track::RunConfig& config) {
+    const std::string& project_name, const track::RunConfig& config) {
   auto& st = *state_;
   if (st.options.log_with.empty()) {
     throw UsageError(
@@ -350,8 +345,7 @@ void Accelerator::init_trackers(
 }
 
 void Accelerator::log(
-    const track::Metrics& metrics,
-    std::optional<int64_t> step) {
+    const track::Metrics& metrics, std::optional<int64_t> step) {
   detail::log_to_trackers(
       *state_, metrics, step.value_or(state_->optimizer_steps));
 }
@@ -399,9 +393,10 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
   auto& st = *state_;
   st.models.push_back(module);
   // Names by module path; a second model's are prefixed to stay unique.
-  const std::string prefix = st.models.size() == 1
-      ? std::string()
-      : "model" + std::to_string(st.models.size() - 1) + ".";
+  const std::string prefix =
+      st.models.size() == 1
+          ? std::string()
+          : "model" + std::to_string(st.models.size() - 1) + ".";
   torch::OrderedDict<std::string, torch::Tensor> named;
   for (const auto& item : module->named_parameters()) {
     st.named_parameters.emplace_back(prefix + item.key(), item.value());
@@ -421,7 +416,9 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
       compression = to_dtype(r.gradient_compression);
     }
     st.synchronizers.push_back(std::make_unique<dist::GradientSynchronizer>(
-        st.group, std::move(params), module->buffers(),
+        st.group,
+        std::move(params),
+        module->buffers(),
         dist::SyncOptions()
             .bucket_cap_mb(r.bucket_cap_mb)
             .find_unused_parameters(r.find_unused_parameters)
@@ -458,8 +455,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
     }
   }
   // Without a GPU every tensor is already on the CPU.
-  if (device().type() != c10::DeviceType::CPU ||
-      torch::cuda::is_available()) {
+  if (device().type() != c10::DeviceType::CPU || torch::cuda::is_available()) {
     detail::move_optimizer_state(optimizer, device());
   }
   detail::PreparedOptimizerEntry entry;
@@ -514,8 +510,7 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   if (steps > 1 && !st.in_accumulate) {
     throw UsageError(
         kComponent,
-        "backward() with gradient_accumulation_steps " +
-            std::to_string(steps) +
+        "backward() with gradient_accumulation_steps " + std::to_string(steps) +
             " must run inside an accumulate() scope, got a call outside "
             "one. Start each micro-step with `auto scope = "
             "accelerator.accumulate(model);` so that the optimizer steps "
@@ -525,8 +520,7 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   if (st.scaler_update_pending) {
     st.update_scaler();
   }
-  if (st.autocast && st.forwards_since_backward == 0 &&
-      !st.warned_no_forward) {
+  if (st.autocast && st.forwards_since_backward == 0 && !st.warned_no_forward) {
     st.warned_no_forward = true;
     warn(
         st,
@@ -544,7 +538,8 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
         "detect_anomaly: the loss is non-finite at step " +
             std::to_string(st.optimizer_steps + 1) + " (micro-step " +
             std::to_string(st.micro_step) + "), got " +
-            std::to_string(loss.detach().to(torch::kDouble).sum().item<double>()) +
+            std::to_string(
+                loss.detach().to(torch::kDouble).sum().item<double>()) +
             ". Lower the learning rate, check the inputs of this batch for "
             "inf/NaN, or clip gradients (clip_grad_norm_).");
   }
@@ -654,8 +649,7 @@ torch::Tensor Accelerator::clip_grad_norm_(
 }
 
 void Accelerator::clip_grad_value_(
-    const std::vector<torch::Tensor>& parameters,
-    double clip_value) {
+    const std::vector<torch::Tensor>& parameters, double clip_value) {
   if (!(clip_value >= 0) || std::isinf(clip_value)) {
     throw InvalidArgument(
         kComponent,
@@ -740,8 +734,7 @@ torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {
 }
 
 torch::Tensor Accelerator::reduce(
-    const torch::Tensor& tensor,
-    Reduction reduction) {
+    const torch::Tensor& tensor, Reduction reduction) {
   if (!state_->group) {
     // The sum, mean and max of one process's tensor are the tensor.
     return tensor;
@@ -753,14 +746,13 @@ torch::Tensor Accelerator::reduce(
   state_->group->all_reduce(
       t,
       reduction == Reduction::sum    ? dist::ReduceOp::sum
-          : reduction == Reduction::mean ? dist::ReduceOp::mean
-                                         : dist::ReduceOp::max);
+      : reduction == Reduction::mean ? dist::ReduceOp::mean
+                                     : dist::ReduceOp::max);
   return t;
 }
 
 torch::Tensor Accelerator::broadcast(
-    const torch::Tensor& tensor,
-    int64_t from_process) {
+    const torch::Tensor& tensor, int64_t from_process) {
   if (from_process < 0 || from_process >= num_processes()) {
     throw InvalidArgument(
         kComponent,
@@ -864,7 +856,8 @@ void Accelerator::throw_unsharded_loader() const {
   throw UsageError(
       kComponent,
       "prepare(data_loader) got a LibTorch loader built outside the "
-      "Accelerator in a run of " + std::to_string(num_processes()) +
+      "Accelerator in a run of " +
+          std::to_string(num_processes()) +
           " processes: its sampler cannot be sharded, so every process would "
           "read the same batches. Build it with "
           "`accelerator.prepare_data_loader(std::move(dataset), "

@@ -41,13 +41,19 @@ std::string archive_bytes(F&& fill) {
 }
 
 template <typename F>
-void read_archive(const std::string& bytes, const std::string& origin, const c10::Device& device, F&& use) {
+void read_archive(
+    const std::string& bytes,
+    const std::string& origin,
+    const c10::Device& device,
+    F&& use) {
   torch::serialize::InputArchive archive;
   std::istringstream in(bytes);
   try {
     archive.load_from(in, device);
   } catch (const c10::Error& e) {
-    throw IoError(kComponent, origin + " is not a readable archive: " + e.what_without_backtrace());
+    throw IoError(
+        kComponent,
+        origin + " is not a readable archive: " + e.what_without_backtrace());
   }
   use(archive);
 }
@@ -68,7 +74,9 @@ StateDict decode_state(const std::string& bytes, const std::string& origin) {
   try {
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
-    throw IoError(kComponent, origin + " is not a readable state: " + e.what_without_backtrace());
+    throw IoError(
+        kComponent,
+        origin + " is not a readable state: " + e.what_without_backtrace());
   }
   if (!value.isGenericDict()) {
     throw IoError(kComponent, origin + " does not hold a state dict.");
@@ -108,7 +116,8 @@ RngState decode_rng(const std::string& bytes, const std::string& origin) {
 
 // How many files of one kind a checkpoint has: model.safetensors,
 // model_1.safetensors, ...
-size_t count_indexed(const ck::Manifest& m, const std::string& stem, const std::string& ext) {
+size_t count_indexed(
+    const ck::Manifest& m, const std::string& stem, const std::string& ext) {
   size_t n = 0;
   while (m.find(indexed(stem, n, ext)) != nullptr) {
     ++n;
@@ -127,9 +136,11 @@ void check_count(
   if (saved != prepared) {
     throw InvalidArgument(
         kComponent,
-        dir + " holds " + std::to_string(saved) + " " + what + " (" + stem + "*" + ext +
-            "), but this Accelerator has " + std::to_string(prepared) +
-            ". Prepare (or register) the same objects, in the same order, as the run that saved it.");
+        dir + " holds " + std::to_string(saved) + " " + what + " (" + stem +
+            "*" + ext + "), but this Accelerator has " +
+            std::to_string(prepared) +
+            ". Prepare (or register) the same objects, in the same order, as "
+            "the run that saved it.");
   }
 }
 
@@ -154,15 +165,19 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   } else if (st.options.automatic_checkpoint_naming) {
     if (st.checkpoint_iteration < 0) {
       const auto existing = ck::list_checkpoints(checkpoints_dir(st));
-      st.checkpoint_iteration = existing.empty() ? 0 : existing.back().first + 1;
+      st.checkpoint_iteration =
+          existing.empty() ? 0 : existing.back().first + 1;
     }
     iteration = st.checkpoint_iteration;
-    target = (fs::path(checkpoints_dir(st)) / ("checkpoint_" + std::to_string(iteration))).string();
+    target = (fs::path(checkpoints_dir(st)) /
+              ("checkpoint_" + std::to_string(iteration)))
+                 .string();
   } else {
     throw UsageError(
         kComponent,
         "save_state() needs a folder, or automatic_checkpoint_naming(true) to "
-        "write project_dir/checkpoints/checkpoint_N. Call save_state(\"DIR\").");
+        "write project_dir/checkpoints/checkpoint_N. Call "
+        "save_state(\"DIR\").");
   }
   // The scale update that is due would run at the next backward; running it
   // now stores the scale that step will use (and the pending update is not
@@ -182,15 +197,18 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     for (size_t i = 0; i < st.models.size(); ++i) {
       writer->write(
           indexed("model", i, ".safetensors"),
-          ck::encode_safetensors(ck::model_state(*st.models[i]), {{"format", "pt"}}));
+          ck::encode_safetensors(
+              ck::model_state(*st.models[i]), {{"format", "pt"}}));
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
-      writer->write(indexed("optimizer", i, ".bin"), archive_bytes([&](auto& a) {
-                      st.optimizers[i].optimizer->save(a);
-                    }));
+      writer->write(
+          indexed("optimizer", i, ".bin"),
+          archive_bytes([&](auto& a) { st.optimizers[i].optimizer->save(a); }));
     }
     for (size_t i = 0; i < st.schedulers.size(); ++i) {
-      writer->write(indexed("scheduler", i, ".bin"), encode_state(st.schedulers[i]->state_dict()));
+      writer->write(
+          indexed("scheduler", i, ".bin"),
+          encode_state(st.schedulers[i]->state_dict()));
     }
     if (st.scaler) {
       writer->write("scaler.pt", encode_state(st.scaler->state_dict()));
@@ -201,10 +219,14 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
       writer->write(indexed("sampler", i, ".bin"), archive_bytes([&](auto& a) {
                       position.sampler.save_position(a, position.consumed);
                     }));
-      loaders.push_back({{"epoch", position.sampler.epoch()}, {"batches_consumed", position.consumed}});
+      loaders.push_back(
+          {{"epoch", position.sampler.epoch()},
+           {"batches_consumed", position.consumed}});
     }
     for (size_t i = 0; i < st.registered.size(); ++i) {
-      writer->write("custom_checkpoint_" + std::to_string(i) + ".bin", encode_state(st.registered[i].save()));
+      writer->write(
+          "custom_checkpoint_" + std::to_string(i) + ".bin",
+          encode_state(st.registered[i].save()));
     }
     nlohmann::ordered_json state;
     state["optimizer_steps"] = st.optimizer_steps;
@@ -212,7 +234,8 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     state["micro_step"] = st.micro_step;
     state["num_processes"] = st.num_processes;
     state["mixed_precision"] = to_string(st.options.mixed_precision);
-    state["gradient_accumulation_steps"] = st.options.gradient_accumulation_steps;
+    state["gradient_accumulation_steps"] =
+        st.options.gradient_accumulation_steps;
     state["loaders"] = loaders;
     writer->write(kStateFile, state.dump(2) + "\n");
   } else {
@@ -248,7 +271,8 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     if (!latest) {
       throw IoError(
           kComponent,
-          "load_state() found no complete checkpoint under " + checkpoints_dir(st) +
+          "load_state() found no complete checkpoint under " +
+              checkpoints_dir(st) +
               ". Pass the folder save_state wrote, or save one first.");
     }
     target = *latest;
@@ -259,25 +283,36 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   if (m.world_size != num_processes()) {
     throw InvalidArgument(
         kComponent,
-        target + " was saved by " + std::to_string(m.world_size) + " processes, this run has " +
-            std::to_string(num_processes()) +
-            ". Resume with the same number of processes (ampkit launch --num_processes " +
+        target + " was saved by " + std::to_string(m.world_size) +
+            " processes, this run has " + std::to_string(num_processes()) +
+            ". Resume with the same number of processes (ampkit launch "
+            "--num_processes " +
             std::to_string(m.world_size) + ").");
   }
   check_count(m, target, "models", "model", ".safetensors", st.models.size());
-  check_count(m, target, "optimizers", "optimizer", ".bin", st.optimizers.size());
-  check_count(m, target, "schedulers", "scheduler", ".bin", st.schedulers.size());
-  check_count(m, target, "data loader positions", "sampler", ".bin", st.loaders.size());
+  check_count(
+      m, target, "optimizers", "optimizer", ".bin", st.optimizers.size());
+  check_count(
+      m, target, "schedulers", "scheduler", ".bin", st.schedulers.size());
+  check_count(
+      m, target, "data loader positions", "sampler", ".bin", st.loaders.size());
   const bool has_scaler = m.find("scaler.pt") != nullptr;
   if (has_scaler != st.scaler.has_value()) {
     throw InvalidArgument(
         kComponent,
-        target + (has_scaler ? " has a GradScaler state, but this run has no loss scaling"
-                             : " has no GradScaler state, but this run scales the loss") +
-            ". Resume with the mixed_precision / loss_scaling it was saved with.");
+        target +
+            (has_scaler
+                 ? " has a GradScaler state, but this run has no loss scaling"
+                 : " has no GradScaler state, but this run scales the loss") +
+            ". Resume with the mixed_precision / loss_scaling it was saved "
+            "with.");
   }
-  auto file = [&](const std::string& name) { return ck::read_checkpoint_file(target, m, name); };
-  auto path = [&](const std::string& name) { return (fs::path(target) / name).string(); };
+  auto file = [&](const std::string& name) {
+    return ck::read_checkpoint_file(target, m, name);
+  };
+  auto path = [&](const std::string& name) {
+    return (fs::path(target) / name).string();
+  };
   const c10::Device device = detail::device(st);
 
   // Read and check everything before changing anything.
@@ -309,12 +344,15 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     if (m.find(name) == nullptr) {
       throw InvalidArgument(
           kComponent,
-          target + " has no " + name + ", but " + std::to_string(st.registered.size()) +
-              " objects are registered for checkpointing. Register the same objects as the run that saved it.");
+          target + " has no " + name + ", but " +
+              std::to_string(st.registered.size()) +
+              " objects are registered for checkpointing. Register the same "
+              "objects as the run that saved it.");
     }
     registered.push_back(decode_state(file(name), path(name)));
   }
-  const RngState rng = decode_rng(file(rng_file(process_index())), path(rng_file(process_index())));
+  const RngState rng = decode_rng(
+      file(rng_file(process_index())), path(rng_file(process_index())));
   nlohmann::json counters;
   try {
     counters = nlohmann::json::parse(file(kStateFile));
@@ -326,7 +364,8 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   }
 
   for (size_t i = 0; i < st.models.size(); ++i) {
-    ck::load_model_state(*st.models[i], models[i], path(indexed("model", i, ".safetensors")));
+    ck::load_model_state(
+        *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     const std::string name = indexed("optimizer", i, ".bin");
@@ -336,8 +375,9 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
       } catch (const c10::Error& e) {
         throw InvalidArgument(
             kComponent,
-            path(name) + " does not fit the prepared optimizer " + std::to_string(i) + ": " +
-                e.what_without_backtrace() + ". Use the optimizer type and parameters it was saved with.");
+            path(name) + " does not fit the prepared optimizer " +
+                std::to_string(i) + ": " + e.what_without_backtrace() +
+                ". Use the optimizer type and parameters it was saved with.");
       }
     });
   }
@@ -349,7 +389,9 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   }
   for (size_t i = 0; i < st.loaders.size(); ++i) {
     const std::string name = indexed("sampler", i, ".bin");
-    read_archive(samplers[i], path(name), torch::kCPU, [&](auto& a) { st.loaders[i]->sampler.load(a); });
+    read_archive(samplers[i], path(name), torch::kCPU, [&](auto& a) {
+      st.loaders[i]->sampler.load(a);
+    });
   }
   for (size_t i = 0; i < st.registered.size(); ++i) {
     st.registered[i].load(registered[i]);
@@ -379,7 +421,8 @@ void Accelerator::save_model(
   wait_for_everyone();
 }
 
-void Accelerator::load_model(const PreparedModelBase& model, const std::string& dir) {
+void Accelerator::load_model(
+    const PreparedModelBase& model, const std::string& dir) {
   ck::load_model(*model.module_ptr(), dir);
 }
 

@@ -28,8 +28,7 @@ struct Picked {
 
 // The first of `names` that is set, with its name.
 std::optional<std::pair<std::string, std::string>> first_set(
-    const EnvLookup& env,
-    std::initializer_list<const char*> names) {
+    const EnvLookup& env, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     if (auto value = env(name)) {
       return std::make_pair(std::string(name), *value);
@@ -45,7 +44,8 @@ Precision env_precision(const std::string& name, const std::string& value) {
     throw InvalidArgument(
         kComponent,
         "environment variable " + name + " must be a mixed_precision, got '" +
-            value + "'. Valid values: no, fp16, bf16, auto; unset it or fix "
+            value +
+            "'. Valid values: no, fp16, bf16, auto; unset it or fix "
             "the launcher's --mixed_precision.");
   }
 }
@@ -103,8 +103,7 @@ Picked<T> pick(
 }
 
 Picked<Precision> pick_precision(
-    const AcceleratorOptions& options,
-    const EnvLookup& env) {
+    const AcceleratorOptions& options, const EnvLookup& env) {
   return pick(
       options.mixed_precision(),
       env,
@@ -116,8 +115,7 @@ Picked<Precision> pick_precision(
 }
 
 Picked<int64_t> pick_accumulation(
-    const AcceleratorOptions& options,
-    const EnvLookup& env) {
+    const AcceleratorOptions& options, const EnvLookup& env) {
   const Picked<int64_t> picked = pick(
       options.gradient_accumulation_steps(),
       env,
@@ -171,9 +169,9 @@ ResolvedAcceleratorOptions resolve_options(
         c10::DeviceType::CUDA,
         static_cast<c10::DeviceIndex>(caps.current_cuda_device));
   }
-  const std::string device_source = r.cpu
-      ? "cpu (" + cpu.source + ")"
-      : (caps.cuda_available ? "CUDA is available" : "no CUDA device");
+  const std::string device_source =
+      r.cpu ? "cpu (" + cpu.source + ")"
+            : (caps.cuda_available ? "CUDA is available" : "no CUDA device");
 
   const Picked<Precision> precision = pick_precision(options, env);
   r.requested_precision = precision.value;
@@ -249,16 +247,20 @@ ResolvedAcceleratorOptions resolve_options(
   r.dist = dist::detect_env(env);
   if (r.dist.distributed() && r.device.is_cuda()) {
     // One GPU per process on each machine, by local rank.
-    if (r.dist.local_rank >= static_cast<int64_t>(caps.cuda_devices.size()) && !caps.cuda_devices.empty()) {
+    if (r.dist.local_rank >= static_cast<int64_t>(caps.cuda_devices.size()) &&
+        !caps.cuda_devices.empty()) {
       throw InvalidArgument(
           kComponent,
-          "LOCAL_RANK " + std::to_string(r.dist.local_rank) + " has no GPU: "
-              "this machine has " + std::to_string(caps.cuda_devices.size()) +
+          "LOCAL_RANK " + std::to_string(r.dist.local_rank) +
+              " has no GPU: "
+              "this machine has " +
+              std::to_string(caps.cuda_devices.size()) +
               ". Start at most one process per GPU (ampkit launch "
               "--num_processes), or pass --cpu.");
     }
     r.device = c10::Device(
-        c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(r.dist.local_rank));
+        c10::DeviceType::CUDA,
+        static_cast<c10::DeviceIndex>(r.dist.local_rank));
   }
   r.timeout = options.timeout();
   if (r.timeout.count() <= 0) {
@@ -268,22 +270,26 @@ ResolvedAcceleratorOptions resolve_options(
             " ms. Pass e.g. std::chrono::minutes(30).");
   }
   const Picked<bool> debug = pick(
-      options.debug(), env, {kEnvDebug, kEnvAccelerateDebug}, env_bool,
-      std::optional<bool>(), "", false);
+      options.debug(),
+      env,
+      {kEnvDebug, kEnvAccelerateDebug},
+      env_bool,
+      std::optional<bool>(),
+      "",
+      false);
   r.debug = debug.value;
   r.bucket_cap_mb = options.bucket_cap_mb();
   if (!(r.bucket_cap_mb > 0)) {
     throw InvalidArgument(
         kComponent,
-        "bucket_cap_mb must be positive, got " + format_double(r.bucket_cap_mb) +
-            ". DDP's default is 25.");
+        "bucket_cap_mb must be positive, got " +
+            format_double(r.bucket_cap_mb) + ". DDP's default is 25.");
   }
   r.find_unused_parameters = options.find_unused_parameters();
   r.gradient_compression = options.gradient_compression();
   if (r.gradient_compression == Precision::automatic) {
     throw InvalidArgument(
-        kComponent,
-        "gradient_compression must be no, bf16 or fp16, got auto.");
+        kComponent, "gradient_compression must be no, bf16 or fp16, got auto.");
   }
   r.broadcast_buffers = options.broadcast_buffers();
   r.automatic_checkpoint_naming = options.automatic_checkpoint_naming();
@@ -303,8 +309,8 @@ ResolvedAcceleratorOptions resolve_options(
   add("loss_scaling",
       r.loss_scaling
           ? "on (init_scale " + format_double(r.grad_scaler.init_scale()) +
-              ", growth_interval " +
-              std::to_string(r.grad_scaler.growth_interval()) + ")"
+                ", growth_interval " +
+                std::to_string(r.grad_scaler.growth_interval()) + ")"
           : "off",
       scaling_source);
   add("step_scheduler_with_optimizer",
@@ -333,20 +339,20 @@ ResolvedAcceleratorOptions resolve_options(
       r.project_dir,
       options.project_dir() ? "explicit" : "default");
   add("processes",
+      r.dist.distributed() ? "rank " + std::to_string(r.dist.rank) + " of " +
+                                 std::to_string(r.dist.world_size) +
+                                 (r.dist.single_node() ? " (one machine)"
+                                                       : " (several machines)")
+                           : "1",
       r.dist.distributed()
-          ? "rank " + std::to_string(r.dist.rank) + " of " +
-              std::to_string(r.dist.world_size) +
-              (r.dist.single_node() ? " (one machine)" : " (several machines)")
-          : "1",
-      r.dist.distributed() ? std::string("env (") + dist::to_string(r.dist.launcher) + ")"
-                           : "default");
+          ? std::string("env (") + dist::to_string(r.dist.launcher) + ")"
+          : "default");
   if (r.dist.distributed()) {
     add("debug", r.debug ? "true" : "false", debug.source);
     add("gradient_compression", to_string(r.gradient_compression), "option");
   }
   add("libtorch",
-      std::to_string(caps.torch_major) + "." +
-          std::to_string(caps.torch_minor),
+      std::to_string(caps.torch_major) + "." + std::to_string(caps.torch_minor),
       "running");
   return r;
 }
@@ -359,12 +365,11 @@ std::string ResolvedAcceleratorOptions::table() const {
     value_width = std::max(value_width, row.value.size());
   }
   std::ostringstream out;
-  auto line = [&](const std::string& a,
-                  const std::string& b,
-                  const std::string& c) {
-    out << "  " << a << std::string(name_width - a.size() + 2, ' ') << b
-        << std::string(value_width - b.size() + 2, ' ') << c << '\n';
-  };
+  auto line =
+      [&](const std::string& a, const std::string& b, const std::string& c) {
+        out << "  " << a << std::string(name_width - a.size() + 2, ' ') << b
+            << std::string(value_width - b.size() + 2, ' ') << c << '\n';
+      };
   line("setting", "value", "source");
   for (const auto& row : rows) {
     line(row.name, row.value, row.source);

@@ -70,7 +70,8 @@ bool skew_requested(int64_t rank) {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ampkit-test-XXXXXX").string();
+    std::string pattern =
+        (fs::temp_directory_path() / "ampkit-test-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       throw IoError(
           "ampkit test",
@@ -146,7 +147,8 @@ int run_self_test_worker(
   // them); the other ranks start elsewhere on purpose.
   torch::manual_seed(rank == 0 ? 7 : 1000 + rank);
   Regression net;
-  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD sgd(
+      net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   auto [model, optimizer] = accelerator.prepare(net, sgd);
   const int64_t local = global_batch_size / world;
   const bool skew = skew_requested(rank);
@@ -189,21 +191,25 @@ int run_self_test_worker(
     torch::load(expected, reference.string());
     double diff = 0;
     for (size_t i = 0; i < params.size(); ++i) {
-      diff = std::max(diff, (params[i] - expected[i]).abs().max().item<double>());
+      diff =
+          std::max(diff, (params[i] - expected[i]).abs().max().item<double>());
     }
-    std::ofstream(fs::path(dir) / ("result-" + name + ".txt")) << std::setprecision(17) << diff
-                                                             << '\n';
-    code = std::isfinite(diff) && diff <= self_test_tolerance(precision) ? 0 : 1;
+    std::ofstream(fs::path(dir) / ("result-" + name + ".txt"))
+        << std::setprecision(17) << diff << '\n';
+    code =
+        std::isfinite(diff) && diff <= self_test_tolerance(precision) ? 0 : 1;
     if (code != 0) {
-      err << "ampkit test: " << precision_name(precision) << " weights of " << world
-          << " processes differ from one process's by up to " << diff << '\n';
+      err << "ampkit test: " << precision_name(precision) << " weights of "
+          << world << " processes differ from one process's by up to " << diff
+          << '\n';
     }
   }
   accelerator.wait_for_everyone();
   return code;
 }
 
-int run_self_test(const SelfTestOptions& options, std::ostream& out, std::ostream& err) {
+int run_self_test(
+    const SelfTestOptions& options, std::ostream& out, std::ostream& err) {
   if (options.num_processes < 2) {
     throw InvalidArgument(
         "ampkit test",
@@ -215,8 +221,9 @@ int run_self_test(const SelfTestOptions& options, std::ostream& out, std::ostrea
   }
   TempDir dir;
   const int64_t global = kBatchPerProcess * options.num_processes;
-  out << "ampkit test: " << options.num_processes << " processes over Gloo against 1 process, "
-      << kSteps << " steps of a global batch of " << global << " (accumulation "
+  out << "ampkit test: " << options.num_processes
+      << " processes over Gloo against 1 process, " << kSteps
+      << " steps of a global batch of " << global << " (accumulation "
       << kAccumulation << "), SGD with momentum\n";
   std::vector<SelfTestCase> cases = self_test_cases();
   std::string ran, failed;
@@ -241,7 +248,8 @@ int run_self_test(const SelfTestOptions& options, std::ostream& out, std::ostrea
       launch.num_processes = options.num_processes;
       code = dist::launch(launch, group_log, group_log);
     }
-    std::ifstream result(fs::path(dir.path()) / ("result-" + to_string(c.precision) + ".txt"));
+    std::ifstream result(
+        fs::path(dir.path()) / ("result-" + to_string(c.precision) + ".txt"));
     const bool measured = static_cast<bool>(result >> c.max_difference);
     if (code == 0 && measured) {
       out << "  " << name << ": max |difference| " << format(c.max_difference)
@@ -250,8 +258,9 @@ int run_self_test(const SelfTestOptions& options, std::ostream& out, std::ostrea
       continue;
     }
     if (measured) {
-      c.failure = "the weights differ from one process's by up to " + format(c.max_difference) +
-                  ", more than the tolerance " + format(c.tolerance);
+      c.failure = "the weights differ from one process's by up to " +
+                  format(c.max_difference) + ", more than the tolerance " +
+                  format(c.tolerance);
     } else {
       c.failure = "a worker failed (exit code " + std::to_string(code) + ")";
     }
@@ -262,11 +271,13 @@ int run_self_test(const SelfTestOptions& options, std::ostream& out, std::ostrea
   if (!failed.empty()) {
     out << "ampkit test: FAILED in " << failed
         << ": distributed training does not reproduce one process here. The "
-           "workers' output is above; `ampkit env` shows this machine's setup.\n";
+           "workers' output is above; `ampkit env` shows this machine's "
+           "setup.\n";
     return 1;
   }
   out << "ampkit test: ok: " << options.num_processes
-      << " processes trained the same weights as one process in " << ran << ".\n";
+      << " processes trained the same weights as one process in " << ran
+      << ".\n";
   return 0;
 }
 

@@ -14,12 +14,12 @@
 
 #include "ampkit/accelerator/options.h"
 #include "ampkit/accelerator/prepared.h"
-#include "ampkit/optim/scheduler.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
-#include "ampkit/error.h"
 #include "ampkit/dist/ddp.h"
 #include "ampkit/dist/process_group.h"
+#include "ampkit/error.h"
+#include "ampkit/optim/scheduler.h"
 #include "ampkit/track/tracker.h"
 
 namespace ampkit::detail {
@@ -123,7 +123,6 @@ struct AcceleratorState {
 /// `device` through a serialisation round trip, which every LibTorch
 /// optimizer supports.
 void move_optimizer_state(
-    torch::optim::Optimizer& optimizer,
-    const c10::Device& device);
+    torch::optim::Optimizer& optimizer, const c10::Device& device);
 
 }  // namespace ampkit::detail

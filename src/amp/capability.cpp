@@ -164,8 +164,7 @@ std::optional<std::string> autocast_unsupported_reason(
 }
 
 PrecisionChoice auto_precision(
-    c10::DeviceType device_type,
-    const Capabilities& caps) {
+    c10::DeviceType device_type, const Capabilities& caps) {
   if (device_type == c10::DeviceType::CUDA) {
     const CudaDeviceCapability* dev = nullptr;
     for (const auto& d : caps.cuda_devices) {
@@ -177,13 +176,15 @@ PrecisionChoice auto_precision(
       return {Precision::no, "no CUDA device is visible"};
     }
     const std::string gpu = dev->name + " (cuda:" + std::to_string(dev->index) +
-        ") has compute capability " + std::to_string(dev->major) + "." +
-        std::to_string(dev->minor);
+                            ") has compute capability " +
+                            std::to_string(dev->major) + "." +
+                            std::to_string(dev->minor);
     if (dev->bf16()) {
       return {Precision::bf16, gpu + " >= 8.0 (bf16 needs no loss scaling)"};
     }
-    return {Precision::fp16,
-            gpu + " < 8.0, without bf16 (fp16 runs with loss scaling)"};
+    return {
+        Precision::fp16,
+        gpu + " < 8.0, without bf16 (fp16 runs with loss scaling)"};
   }
   if (device_type == c10::DeviceType::CPU) {
     const CpuCapability& c = caps.cpu;
@@ -197,16 +198,18 @@ PrecisionChoice auto_precision(
           units += units.empty() ? name : std::string(", ") + name;
         }
       }
-      return {Precision::bf16,
-              "the CPU has native bf16 matmul (" + units + ")"};
+      return {
+          Precision::bf16, "the CPU has native bf16 matmul (" + units + ")"};
     }
-    return {Precision::no,
-            "the CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 "
-            "autocast runs 15-20x slower than fp32"};
+    return {
+        Precision::no,
+        "the CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 "
+        "autocast runs 15-20x slower than fp32"};
   }
-  return {Precision::no,
-          "autocast supports only CPU and CUDA, got " +
-              c10::DeviceTypeName(device_type)};
+  return {
+      Precision::no,
+      "autocast supports only CPU and CUDA, got " +
+          c10::DeviceTypeName(device_type)};
 }
 
 void check_autocast_supported(

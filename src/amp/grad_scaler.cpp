@@ -24,7 +24,8 @@ void check_growth_factor(double v) {
   if (!(v > 1.0) || !std::isfinite(v)) {
     throw InvalidArgument(
         kComponent,
-        "growth_factor must be > 1.0 and finite, got " + detail::exact_number(v) +
+        "growth_factor must be > 1.0 and finite, got " +
+            detail::exact_number(v) +
             ". It multiplies the scale after growth_interval clean steps; "
             "PyTorch's default is 2.0.");
   }
@@ -53,7 +54,8 @@ void check_scale_value(const char* what, double v) {
     throw InvalidArgument(
         kComponent,
         std::string(what) + " must be a positive, finite float32, got " +
-            detail::exact_number(v) + ". PyTorch's default init_scale is 65536.0 (2^16).");
+            detail::exact_number(v) +
+            ". PyTorch's default init_scale is 65536.0 (2^16).");
   }
 }
 
@@ -73,8 +75,9 @@ void validate(const GradScalerOptions& o) {
       o.min_scale() > o.init_scale()) {
     throw InvalidArgument(
         kComponent,
-        "min_scale must be in [0, init_scale=" + detail::exact_number(o.init_scale()) +
-            "], got " + detail::exact_number(o.min_scale()) + ". 0 means no floor.");
+        "min_scale must be in [0, init_scale=" +
+            detail::exact_number(o.init_scale()) + "], got " +
+            detail::exact_number(o.min_scale()) + ". 0 means no floor.");
   }
   if (o.max_skipped_steps_at_min_scale() < 0) {
     throw InvalidArgument(
@@ -490,7 +493,8 @@ void GradScaler::report(double old_scale, double new_scale) {
   for (size_t i = 0; i < r.parameters.size(); ++i) {
     line << (i ? ", " : "") << r.parameters[i];
   }
-  line << "; scale " << detail::exact_number(old_scale) << " -> " << detail::exact_number(new_scale) << '\n';
+  line << "; scale " << detail::exact_number(old_scale) << " -> "
+       << detail::exact_number(new_scale) << '\n';
   std::cerr << line.str();
 }
 

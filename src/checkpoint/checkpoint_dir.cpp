@@ -29,7 +29,8 @@ constexpr int kVersion = 1;
 
 bool plain_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+         name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
 }
 
 FileRecord record_of(const std::string& name, std::string_view bytes) {
@@ -47,19 +48,27 @@ void replace_directory(const std::string& from, const std::string& to) {
   std::error_code ec;
   if (!fs::exists(to, ec)) {
     if (::rename(from.c_str(), to.c_str()) != 0) {
-      throw IoError(kComponent, "cannot rename " + from + " to " + to + ": " + std::strerror(errno) + ".");
+      throw IoError(
+          kComponent,
+          "cannot rename " + from + " to " + to + ": " + std::strerror(errno) +
+              ".");
     }
     return;
   }
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+  if (::renameat2(
+          AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
     fs::remove_all(from, ec);  // now the old checkpoint
     return;
   }
   // No RENAME_EXCHANGE here: move the old one aside first.
   const std::string old = to + ".old";
   fs::remove_all(old, ec);
-  if (::rename(to.c_str(), old.c_str()) != 0 || ::rename(from.c_str(), to.c_str()) != 0) {
-    throw IoError(kComponent, "cannot replace " + to + " with " + from + ": " + std::strerror(errno) + ".");
+  if (::rename(to.c_str(), old.c_str()) != 0 ||
+      ::rename(from.c_str(), to.c_str()) != 0) {
+    throw IoError(
+        kComponent,
+        "cannot replace " + to + " with " + from + ": " + std::strerror(errno) +
+            ".");
   }
   fs::remove_all(old, ec);
 }
@@ -84,7 +93,8 @@ std::string encode_manifest(const Manifest& m) {
   j["step"] = m.step;
   j["files"] = nlohmann::ordered_json::array();
   for (const auto& f : m.files) {
-    j["files"].push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
+    j["files"].push_back(
+        {{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
   }
   return j.dump(2) + "\n";
 }
@@ -94,7 +104,8 @@ Manifest decode_manifest(std::string_view text, const std::string& origin) {
     throw IoError(kComponent, origin + ": " + problem);
   };
   if (text.size() > 64 * 1024 * 1024) {
-    bad("the manifest is " + std::to_string(text.size()) + " bytes, over the 64 MiB limit.");
+    bad("the manifest is " + std::to_string(text.size()) +
+        " bytes, over the 64 MiB limit.");
   }
   nlohmann::json j;
   try {
@@ -103,27 +114,37 @@ Manifest decode_manifest(std::string_view text, const std::string& origin) {
     bad(std::string("the manifest is not valid JSON: ") + e.what());
   }
   if (!j.is_object() || !j.contains("format") || j["format"] != kFormat) {
-    bad(std::string("not an ampkit checkpoint manifest (\"format\" must be \"") + kFormat + "\").");
+    bad(std::string(
+            "not an ampkit checkpoint manifest (\"format\" must be \"") +
+        kFormat + "\").");
   }
-  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() < 1) {
+  if (!j.contains("version") || !j["version"].is_number_integer() ||
+      j["version"].get<int64_t>() < 1) {
     bad("the manifest has no valid \"version\".");
   }
   if (j["version"].get<int64_t>() > kVersion) {
-    bad("the manifest has version " + j["version"].dump() + ", newer than this ampkit reads (" +
-        std::to_string(kVersion) + "); load it with a newer ampkit.");
+    bad("the manifest has version " + j["version"].dump() +
+        ", newer than this ampkit reads (" + std::to_string(kVersion) +
+        "); load it with a newer ampkit.");
   }
   // An integer field in [lo, hi]; a fraction, an exponent form or a number
   // out of range is an error, never a conversion.
-  auto integer = [&](const nlohmann::json& object, const char* key, int64_t lo, int64_t hi) {
+  auto integer = [&](const nlohmann::json& object,
+                     const char* key,
+                     int64_t lo,
+                     int64_t hi) {
     const auto& v = object.at(key);
     const bool fits = v.is_number_unsigned()
-        ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
-        : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+                          ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                          : v.is_number_integer() && v.get<int64_t>() >= lo &&
+                                v.get<int64_t>() <= hi;
     if (!fits) {
-      bad(std::string("\"") + key + "\" must be an integer in [" + std::to_string(lo) + ", " +
-          std::to_string(hi) + "], got " + v.dump() + ".");
+      bad(std::string("\"") + key + "\" must be an integer in [" +
+          std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+          v.dump() + ".");
     }
-    return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+    return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>())
+                                  : v.get<int64_t>();
   };
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   Manifest m;
@@ -145,7 +166,8 @@ Manifest decode_manifest(std::string_view text, const std::string& origin) {
       m.files.push_back(std::move(r));
     }
   } catch (const nlohmann::json::exception& e) {
-    bad(std::string("a manifest field is missing or has the wrong type: ") + e.what());
+    bad(std::string("a manifest field is missing or has the wrong type: ") +
+        e.what());
   }
   return m;
 }
@@ -164,8 +186,10 @@ CheckpointWriter::CheckpointWriter(std::string dir)
   fs::remove_all(partial_, ec);
   fs::create_directories(partial_, ec);
   if (ec) {
-    throw IoError(kComponent, "cannot create the checkpoint folder " + partial_ + ": " + ec.message() +
-                                  ". Pass a writable project_dir or output folder.");
+    throw IoError(
+        kComponent,
+        "cannot create the checkpoint folder " + partial_ + ": " +
+            ec.message() + ". Pass a writable project_dir or output folder.");
   }
 }
 
@@ -178,7 +202,10 @@ CheckpointWriter::~CheckpointWriter() {
 
 void CheckpointWriter::write(const std::string& name, std::string_view bytes) {
   if (!plain_name(name) || name == kManifestName) {
-    throw InvalidArgument(kComponent, "a checkpoint file needs a plain name other than manifest.json, got '" + name + "'.");
+    throw InvalidArgument(
+        kComponent,
+        "a checkpoint file needs a plain name other than manifest.json, got '" +
+            name + "'.");
   }
   detail::write_file_synced((fs::path(partial_) / name).string(), bytes);
   files_.push_back(record_of(name, bytes));
@@ -186,7 +213,8 @@ void CheckpointWriter::write(const std::string& name, std::string_view bytes) {
 }
 
 void CheckpointWriter::record(const std::string& name) {
-  const std::string bytes = detail::read_file((fs::path(partial_) / name).string());
+  const std::string bytes =
+      detail::read_file((fs::path(partial_) / name).string());
   files_.push_back(record_of(name, bytes));
 }
 
@@ -195,7 +223,8 @@ void CheckpointWriter::commit(Manifest manifest) {
   if (manifest.ampkit_version.empty()) {
     manifest.ampkit_version = AMPKIT_VERSION;
   }
-  detail::write_file_synced((fs::path(partial_) / kManifestName).string(), encode_manifest(manifest));
+  detail::write_file_synced(
+      (fs::path(partial_) / kManifestName).string(), encode_manifest(manifest));
   detail::fsync_directory(partial_);
   detail::fault_point();
   replace_directory(partial_, dir_);
@@ -203,9 +232,13 @@ void CheckpointWriter::commit(Manifest manifest) {
   committed_ = true;
 }
 
-void write_file(const std::string& dir, const std::string& name, std::string_view bytes) {
+void write_file(
+    const std::string& dir, const std::string& name, std::string_view bytes) {
   if (!plain_name(name) || name == kManifestName) {
-    throw InvalidArgument(kComponent, "a checkpoint file needs a plain name other than manifest.json, got '" + name + "'.");
+    throw InvalidArgument(
+        kComponent,
+        "a checkpoint file needs a plain name other than manifest.json, got '" +
+            name + "'.");
   }
   const std::string partial = partial_dir(dir);
   detail::write_file_synced((fs::path(partial) / name).string(), bytes);
@@ -213,24 +246,39 @@ void write_file(const std::string& dir, const std::string& name, std::string_vie
   detail::fault_point();
 }
 
-std::string read_checkpoint_file(const std::string& dir, const Manifest& m, const std::string& name) {
+std::string read_checkpoint_file(
+    const std::string& dir, const Manifest& m, const std::string& name) {
   const FileRecord* r = m.find(name);
   const std::string path = (fs::path(dir) / name).string();
   if (r == nullptr) {
-    throw IoError(kComponent, dir + ": the manifest lists no " + name + "; the checkpoint was saved without it.");
+    throw IoError(
+        kComponent,
+        dir + ": the manifest lists no " + name +
+            "; the checkpoint was saved without it.");
   }
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    throw IoError(kComponent, path + " is missing, though the manifest lists it; the checkpoint is damaged.");
+    throw IoError(
+        kComponent,
+        path +
+            " is missing, though the manifest lists it; the checkpoint is "
+            "damaged.");
   }
   std::string bytes = detail::read_file(path);
   if (bytes.size() != r->size) {
-    throw IoError(kComponent, path + " has " + std::to_string(bytes.size()) + " bytes, the manifest says " +
-                                  std::to_string(r->size) + "; the file is truncated or was changed.");
+    throw IoError(
+        kComponent,
+        path + " has " + std::to_string(bytes.size()) +
+            " bytes, the manifest says " + std::to_string(r->size) +
+            "; the file is truncated or was changed.");
   }
   if (ampkit::detail::crc32c(bytes) != r->crc32c) {
-    throw IoError(kComponent, path + " fails its checksum (CRC32C " + std::to_string(ampkit::detail::crc32c(bytes)) +
-                                  ", the manifest says " + std::to_string(r->crc32c) + "); the file is corrupt.");
+    throw IoError(
+        kComponent,
+        path + " fails its checksum (CRC32C " +
+            std::to_string(ampkit::detail::crc32c(bytes)) +
+            ", the manifest says " + std::to_string(r->crc32c) +
+            "); the file is corrupt.");
   }
   return bytes;
 }
@@ -238,11 +286,16 @@ std::string read_checkpoint_file(const std::string& dir, const Manifest& m, cons
 Manifest read_manifest(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    throw IoError(kComponent, "no checkpoint at " + dir + " (not a directory).");
+    throw IoError(
+        kComponent, "no checkpoint at " + dir + " (not a directory).");
   }
   const std::string path = (fs::path(dir) / kManifestName).string();
   if (!fs::exists(path, ec)) {
-    throw IoError(kComponent, dir + " has no manifest.json: the save did not complete, so it is not loaded. Load an earlier checkpoint.");
+    throw IoError(
+        kComponent,
+        dir +
+            " has no manifest.json: the save did not complete, so it is not "
+            "loaded. Load an earlier checkpoint.");
   }
   return decode_manifest(detail::read_file(path), path);
 }
@@ -255,7 +308,8 @@ Manifest verify_checkpoint(const std::string& dir) {
   return m;
 }
 
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& checkpoints_dir) {
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(
+    const std::string& checkpoints_dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(checkpoints_dir, ec)) {
@@ -266,14 +320,16 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
     std::smatch match;
     const std::string name = entry.path().filename().string();
     if (entry.is_directory(ec) && std::regex_match(name, match, pattern)) {
-      found.emplace_back(*ampkit::detail::parse_int(match[1].str()), entry.path().string());
+      found.emplace_back(
+          *ampkit::detail::parse_int(match[1].str()), entry.path().string());
     }
   }
   std::sort(found.begin(), found.end());
   return found;
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& checkpoints_dir) {
+std::optional<std::string> latest_checkpoint(
+    const std::string& checkpoints_dir) {
   auto found = list_checkpoints(checkpoints_dir);
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
     try {
@@ -286,13 +342,15 @@ std::optional<std::string> latest_checkpoint(const std::string& checkpoints_dir)
   return std::nullopt;
 }
 
-std::vector<std::string> enforce_total_limit(const std::string& checkpoints_dir, int64_t limit) {
+std::vector<std::string> enforce_total_limit(
+    const std::string& checkpoints_dir, int64_t limit) {
   std::vector<std::string> deleted;
   std::error_code ec;
   if (fs::is_directory(checkpoints_dir, ec)) {
     for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
       const std::string name = entry.path().filename().string();
-      if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) {
+      if (name.size() > 8 &&
+          name.compare(name.size() - 8, 8, ".partial") == 0) {
         fs::remove_all(entry.path(), ec);
         deleted.push_back(entry.path().string());
       }

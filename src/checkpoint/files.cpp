@@ -58,7 +58,8 @@ std::string read_file(const std::string& path) {
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    const ssize_t n =
+        ::read(fd.get(), bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -81,21 +82,24 @@ void write_file_synced(const std::string& path, std::string_view bytes) {
   }
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    const ssize_t n =
+        ::write(fd.get(), bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n <= 0) {
       throw IoError(
           kComponent,
-          "writing " + path + " stopped after " + std::to_string(done) + " of " +
-              std::to_string(bytes.size()) + " bytes: " + reason() +
-              ". Free space on that disk (the previous checkpoint is untouched).");
+          "writing " + path + " stopped after " + std::to_string(done) +
+              " of " + std::to_string(bytes.size()) + " bytes: " + reason() +
+              ". Free space on that disk (the previous checkpoint is "
+              "untouched).");
     }
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd.get()) != 0) {
-    throw IoError(kComponent, "fsync of " + path + " failed: " + reason() + ".");
+    throw IoError(
+        kComponent, "fsync of " + path + " failed: " + reason() + ".");
   }
   if (::close(fd.release()) != 0) {
     throw IoError(kComponent, "closing " + path + " failed: " + reason() + ".");
@@ -105,7 +109,9 @@ void write_file_synced(const std::string& path, std::string_view bytes) {
 void fsync_directory(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
-    throw IoError(kComponent, "fsync of the directory " + path + " failed: " + reason() + ".");
+    throw IoError(
+        kComponent,
+        "fsync of the directory " + path + " failed: " + reason() + ".");
   }
 }
 
@@ -114,7 +120,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   try {
     write_file_synced(tmp, bytes);
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      throw IoError(kComponent, "cannot rename " + tmp + " to " + path + ": " + reason() + ".");
+      throw IoError(
+          kComponent,
+          "cannot rename " + tmp + " to " + path + ": " + reason() + ".");
     }
   } catch (...) {
     ::unlink(tmp.c_str());

@@ -25,7 +25,8 @@ constexpr const char* kIndex = "model.safetensors.index.json";
 
 std::string shard_name(size_t i, size_t n) {
   char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "model-%05zu-of-%05zu.safetensors", i, n);
+  std::snprintf(
+      buffer, sizeof(buffer), "model-%05zu-of-%05zu.safetensors", i, n);
   return buffer;
 }
 
@@ -53,7 +54,10 @@ NamedTensors model_state(const torch::nn::Module& model) {
   return state;
 }
 
-void load_model_state(torch::nn::Module& model, const NamedTensors& state, const std::string& origin) {
+void load_model_state(
+    torch::nn::Module& model,
+    const NamedTensors& state,
+    const std::string& origin) {
   std::map<std::string, at::Tensor> given;
   for (const auto& [name, t] : state) {
     given[name] = t;
@@ -68,7 +72,8 @@ void load_model_state(torch::nn::Module& model, const NamedTensors& state, const
       missing.push_back(name);
     } else if (it->second.sizes() != t.sizes()) {
       std::ostringstream s;
-      s << name << " (checkpoint " << it->second.sizes() << ", model " << t.sizes() << ")";
+      s << name << " (checkpoint " << it->second.sizes() << ", model "
+        << t.sizes() << ")";
       mismatched.push_back(s.str());
     }
   }
@@ -88,7 +93,9 @@ void load_model_state(torch::nn::Module& model, const NamedTensors& state, const
     if (!mismatched.empty()) {
       message += " shape mismatch: " + list(mismatched) + ";";
     }
-    message += " nothing was loaded. Build the model with the architecture it was saved with.";
+    message +=
+        " nothing was loaded. Build the model with the architecture it was "
+        "saved with.";
     throw InvalidArgument(kComponent, message);
   }
   torch::NoGradGuard no_grad;
@@ -99,31 +106,46 @@ void load_model_state(torch::nn::Module& model, const NamedTensors& state, const
 }
 
 uint64_t parse_shard_size(const std::string& text) {
-  static const std::regex pattern(R"(\s*([0-9]+)\s*([KMGT]?)(I?)B?\s*)", std::regex::icase);
+  static const std::regex pattern(
+      R"(\s*([0-9]+)\s*([KMGT]?)(I?)B?\s*)", std::regex::icase);
   std::smatch m;
-  if (!std::regex_match(text, m, pattern) || (m[2].str().empty() && !m[3].str().empty())) {
-    throw InvalidArgument(kComponent, "max_shard_size must be bytes or a size such as 10GB, 500MB or 2GiB, got '" + text + "'.");
+  if (!std::regex_match(text, m, pattern) ||
+      (m[2].str().empty() && !m[3].str().empty())) {
+    throw InvalidArgument(
+        kComponent,
+        "max_shard_size must be bytes or a size such as 10GB, 500MB or 2GiB, "
+        "got '" +
+            text + "'.");
   }
   const uint64_t n = std::stoull(m[1].str());
   const bool binary = !m[3].str().empty();
   const std::string unit = m[2].str();
-  int power = unit.empty() ? 0 : std::string("KMGT").find(static_cast<char>(std::toupper(unit[0]))) + 1;
+  int power =
+      unit.empty()
+          ? 0
+          : std::string("KMGT").find(static_cast<char>(std::toupper(unit[0]))) +
+                1;
   uint64_t value = n;
   for (int i = 0; i < power; ++i) {
     value *= binary ? 1024 : 1000;
   }
   if (value == 0) {
-    throw InvalidArgument(kComponent, "max_shard_size must be above 0, got '" + text + "'.");
+    throw InvalidArgument(
+        kComponent, "max_shard_size must be above 0, got '" + text + "'.");
   }
   return value;
 }
 
-void save_model(const torch::nn::Module& model, const std::string& dir, const std::string& max_shard_size) {
+void save_model(
+    const torch::nn::Module& model,
+    const std::string& dir,
+    const std::string& max_shard_size) {
   const uint64_t limit = parse_shard_size(max_shard_size);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    throw IoError(kComponent, "cannot create " + dir + ": " + ec.message() + ".");
+    throw IoError(
+        kComponent, "cannot create " + dir + ": " + ec.message() + ".");
   }
   std::vector<NamedTensors> shards(1);
   uint64_t current = 0, total = 0;
@@ -155,10 +177,12 @@ void save_model(const torch::nn::Module& model, const std::string& dir, const st
         index["weight_map"][tensor] = name;
       }
     }
-    detail::write_file_atomic((fs::path(dir) / kIndex).string(), index.dump(2) + "\n");
+    detail::write_file_atomic(
+        (fs::path(dir) / kIndex).string(), index.dump(2) + "\n");
     written.insert(kIndex);
   }
-  static const std::regex stale(R"(model(-[0-9]{5}-of-[0-9]{5})?\.safetensors)");
+  static const std::regex stale(
+      R"(model(-[0-9]{5}-of-[0-9]{5})?\.safetensors)");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (std::regex_match(name, stale) && !written.count(name)) {
@@ -173,8 +197,10 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
   if (!fs::exists(index_path, ec)) {
     const std::string single = (fs::path(dir) / kSingle).string();
     if (!fs::exists(single, ec)) {
-      throw IoError(kComponent, "no weights in " + dir + ": neither " + kSingle + " nor " + kIndex +
-                                    " is there. Pass the folder save_model wrote.");
+      throw IoError(
+          kComponent,
+          "no weights in " + dir + ": neither " + kSingle + " nor " + kIndex +
+              " is there. Pass the folder save_model wrote.");
     }
     load_model_state(model, load_safetensors(single).tensors, single);
     return;
@@ -184,15 +210,22 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
   try {
     index = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw IoError(kComponent, index_path.string() + ": not valid JSON: " + e.what());
+    throw IoError(
+        kComponent, index_path.string() + ": not valid JSON: " + e.what());
   }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw IoError(kComponent, index_path.string() + ": no \"weight_map\" object.");
+  if (!index.is_object() || !index.contains("weight_map") ||
+      !index["weight_map"].is_object()) {
+    throw IoError(
+        kComponent, index_path.string() + ": no \"weight_map\" object.");
   }
   std::map<std::string, std::set<std::string>> by_file;
   for (const auto& [tensor, file] : index["weight_map"].items()) {
-    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
-      throw IoError(kComponent, index_path.string() + ": weight_map['" + tensor + "'] must be a file name in the folder.");
+    if (!file.is_string() ||
+        file.get<std::string>().find('/') != std::string::npos) {
+      throw IoError(
+          kComponent,
+          index_path.string() + ": weight_map['" + tensor +
+              "'] must be a file name in the folder.");
     }
     by_file[file.get<std::string>()].insert(tensor);
   }
@@ -202,7 +235,10 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
     auto shard = load_safetensors(path);
     for (auto& [name, t] : shard.tensors) {
       if (!tensors.count(name)) {
-        throw IoError(kComponent, path + " holds '" + name + "', which the index maps to another file.");
+        throw IoError(
+            kComponent,
+            path + " holds '" + name +
+                "', which the index maps to another file.");
       }
       state.emplace_back(name, std::move(t));
     }

@@ -27,11 +27,16 @@ struct DtypeName {
   c10::ScalarType type;
 };
 constexpr DtypeName kDtypes[] = {
-    {"BOOL", c10::ScalarType::Bool},   {"U8", c10::ScalarType::Byte},
-    {"I8", c10::ScalarType::Char},     {"I16", c10::ScalarType::Short},
-    {"I32", c10::ScalarType::Int},     {"I64", c10::ScalarType::Long},
-    {"F16", c10::ScalarType::Half},    {"BF16", c10::ScalarType::BFloat16},
-    {"F32", c10::ScalarType::Float},   {"F64", c10::ScalarType::Double},
+    {"BOOL", c10::ScalarType::Bool},
+    {"U8", c10::ScalarType::Byte},
+    {"I8", c10::ScalarType::Char},
+    {"I16", c10::ScalarType::Short},
+    {"I32", c10::ScalarType::Int},
+    {"I64", c10::ScalarType::Long},
+    {"F16", c10::ScalarType::Half},
+    {"BF16", c10::ScalarType::BFloat16},
+    {"F32", c10::ScalarType::Float},
+    {"F64", c10::ScalarType::Double},
 };
 
 [[noreturn]] void bad(const std::string& origin, const std::string& problem) {
@@ -89,7 +94,8 @@ std::string safetensors_dtype(c10::ScalarType dtype) {
           "int64, float16, bfloat16, float32, float64.");
 }
 
-std::string encode_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+std::string encode_safetensors(
+    const NamedTensors& tensors, const Metadata& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     header["__metadata__"] = metadata;
@@ -99,13 +105,20 @@ std::string encode_safetensors(const NamedTensors& tensors, const Metadata& meta
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     if (!tensor.defined()) {
-      throw InvalidArgument(kComponent, "tensor '" + name + "' is undefined; safetensors stores only defined tensors.");
+      throw InvalidArgument(
+          kComponent,
+          "tensor '" + name +
+              "' is undefined; safetensors stores only defined tensors.");
     }
     if (name == "__metadata__" || !names.insert(name).second) {
-      throw InvalidArgument(kComponent, "the tensor name '" + name + "' is repeated or reserved; names must be unique.");
+      throw InvalidArgument(
+          kComponent,
+          "the tensor name '" + name +
+              "' is repeated or reserved; names must be unique.");
     }
     auto cpu = tensor.detach().to(at::kCPU).contiguous();
-    const uint64_t size = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
+    const uint64_t size =
+        static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
     header[name] = {
         {"dtype", safetensors_dtype(cpu.scalar_type())},
         {"shape", cpu.sizes().vec()},
@@ -122,31 +135,41 @@ std::string encode_safetensors(const NamedTensors& tensors, const Metadata& meta
   }
   out += json;
   for (const auto& t : data) {
-    out.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+    out.append(
+        static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
   }
   return out;
 }
 
-Safetensors decode_safetensors(std::string_view bytes, const std::string& origin) {
+Safetensors decode_safetensors(
+    std::string_view bytes, const std::string& origin) {
   if (bytes.size() < 8) {
-    bad(origin, "the file has " + std::to_string(bytes.size()) +
-                    " bytes, fewer than the 8 of a safetensors header length; it is truncated or not safetensors.");
+    bad(origin,
+        "the file has " + std::to_string(bytes.size()) +
+            " bytes, fewer than the 8 of a safetensors header length; it is "
+            "truncated or not safetensors.");
   }
   const uint64_t n = read_u64_le(bytes);
   if (n > kMaxSafetensorsHeader) {
-    bad(origin, "the header length " + std::to_string(n) + " exceeds the limit of " +
-                    std::to_string(kMaxSafetensorsHeader) + " bytes; the file is corrupt or not safetensors.");
+    bad(origin,
+        "the header length " + std::to_string(n) + " exceeds the limit of " +
+            std::to_string(kMaxSafetensorsHeader) +
+            " bytes; the file is corrupt or not safetensors.");
   }
   if (n > bytes.size() - 8) {
-    bad(origin, "the header length " + std::to_string(n) + " runs past the end of the file (" +
-                    std::to_string(bytes.size()) + " bytes); the file is truncated.");
+    bad(origin,
+        "the header length " + std::to_string(n) +
+            " runs past the end of the file (" + std::to_string(bytes.size()) +
+            " bytes); the file is truncated.");
   }
   const std::string_view text = bytes.substr(8, n);
   if (text.empty() || text.front() != '{') {
     bad(origin, "the header is not a JSON object (it must start with '{').");
   }
   if (json_depth(text) > kMaxDepth) {
-    bad(origin, "the JSON header nests deeper than " + std::to_string(kMaxDepth) + " levels.");
+    bad(origin,
+        "the JSON header nests deeper than " + std::to_string(kMaxDepth) +
+            " levels.");
   }
   nlohmann::json header;
   try {
@@ -173,15 +196,17 @@ Safetensors decode_safetensors(std::string_view bytes, const std::string& origin
       }
       for (const auto& [k, v] : value.items()) {
         if (!v.is_string()) {
-          bad(origin, "__metadata__['" + k + "'] must be a string, got " + v.dump() + ".");
+          bad(origin,
+              "__metadata__['" + k + "'] must be a string, got " + v.dump() +
+                  ".");
         }
         result.metadata[k] = v.get<std::string>();
       }
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
-        !value.contains("data_offsets")) {
+    if (!value.is_object() || !value.contains("dtype") ||
+        !value.contains("shape") || !value.contains("data_offsets")) {
       bad(origin, where + " needs dtype, shape and data_offsets.");
     }
     const auto& dtype = value["dtype"];
@@ -195,8 +220,10 @@ Safetensors decode_safetensors(std::string_view bytes, const std::string& origin
       }
     }
     if (e.type == c10::ScalarType::Undefined) {
-      bad(origin, where + " has the dtype " + dtype.dump() +
-                      ", which ampkit does not read; known: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64.");
+      bad(origin,
+          where + " has the dtype " + dtype.dump() +
+              ", which ampkit does not read; known: BOOL, U8, I8, I16, I32, "
+              "I64, F16, BF16, F32, F64.");
     }
     const auto& shape = value["shape"];
     if (!shape.is_array() || shape.size() > 64) {
@@ -205,29 +232,36 @@ Safetensors decode_safetensors(std::string_view bytes, const std::string& origin
     uint64_t numel = 1;
     for (const auto& s : shape) {
       if (!s.is_number_unsigned()) {
-        bad(origin, where + ": shape holds " + s.dump() + "; sizes are non-negative integers.");
+        bad(origin,
+            where + ": shape holds " + s.dump() +
+                "; sizes are non-negative integers.");
       }
       const uint64_t size = s.get<uint64_t>();
       if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          (size != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / size)) {
+          (size != 0 &&
+           numel > std::numeric_limits<uint64_t>::max() / 16 / size)) {
         bad(origin, where + ": the shape " + shape.dump() + " is too large.");
       }
       numel *= size;
       e.shape.push_back(static_cast<int64_t>(size));
     }
     const auto& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned()) {
-      bad(origin, where + ": data_offsets must be [begin, end], got " + offsets.dump() + ".");
+    if (!offsets.is_array() || offsets.size() != 2 ||
+        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+      bad(origin,
+          where + ": data_offsets must be [begin, end], got " + offsets.dump() +
+              ".");
     }
     e.begin = offsets[0].get<uint64_t>();
     e.end = offsets[1].get<uint64_t>();
     const uint64_t expected = numel * c10::elementSize(e.type);
     if (e.end < e.begin || e.end - e.begin != expected) {
-      bad(origin, where + ": data_offsets " + offsets.dump() + " hold " +
-                      std::to_string(e.end >= e.begin ? e.end - e.begin : 0) + " bytes, but shape " +
-                      shape.dump() + " of " + dtype.get<std::string>() + " needs " +
-                      std::to_string(expected) + ".");
+      bad(origin,
+          where + ": data_offsets " + offsets.dump() + " hold " +
+              std::to_string(e.end >= e.begin ? e.end - e.begin : 0) +
+              " bytes, but shape " + shape.dump() + " of " +
+              dtype.get<std::string>() + " needs " + std::to_string(expected) +
+              ".");
     }
     entries.push_back(std::move(e));
   }
@@ -237,22 +271,29 @@ Safetensors decode_safetensors(std::string_view bytes, const std::string& origin
   uint64_t at = 0;
   for (const auto& e : entries) {
     if (e.begin != at) {
-      bad(origin, "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) + " of the data, expected " +
-                      std::to_string(at) + ": the offsets overlap or leave a gap.");
+      bad(origin,
+          "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) +
+              " of the data, expected " + std::to_string(at) +
+              ": the offsets overlap or leave a gap.");
     }
     at = e.end;
   }
   if (at != data.size()) {
-    bad(origin, "the tensors cover " + std::to_string(at) + " bytes of data, but the file holds " +
-                    std::to_string(data.size()) + " after the header; it is " +
-                    (at > data.size() ? "truncated." : "followed by unexpected bytes."));
+    bad(origin,
+        "the tensors cover " + std::to_string(at) +
+            " bytes of data, but the file holds " +
+            std::to_string(data.size()) + " after the header; it is " +
+            (at > data.size() ? "truncated."
+                              : "followed by unexpected bytes."));
   }
   for (const auto& e : entries) {
     if (e.type == c10::ScalarType::Bool) {
       for (uint64_t i = e.begin; i < e.end; ++i) {
         if (static_cast<unsigned char>(data[i]) > 1) {
-          bad(origin, "tensor '" + e.name + "' is BOOL but holds the byte " +
-                          std::to_string(static_cast<unsigned char>(data[i])) + "; bools are 0 or 1.");
+          bad(origin,
+              "tensor '" + e.name + "' is BOOL but holds the byte " +
+                  std::to_string(static_cast<unsigned char>(data[i])) +
+                  "; bools are 0 or 1.");
         }
       }
     }
@@ -265,7 +306,10 @@ Safetensors decode_safetensors(std::string_view bytes, const std::string& origin
   return result;
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+void save_safetensors(
+    const std::string& path,
+    const NamedTensors& tensors,
+    const Metadata& metadata) {
   detail::write_file_atomic(path, encode_safetensors(tensors, metadata));
 }
 

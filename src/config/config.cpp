@@ -3,9 +3,10 @@
 // rest kept as YAML text so that a rewrite preserves them.
 #include "ampkit/config/config.h"
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -14,7 +15,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <unistd.h>
 
 #include "ampkit/error.h"
 
@@ -116,8 +116,20 @@ bool needs_quotes(const std::string& s) {
     return true;
   }
   static const std::vector<std::string> kWords = {
-      "y",   "n",   "yes",  "no",    "true", "false", "on",
-      "off", "null", "~",   ".nan",  ".inf", "-.inf", "+.inf"};
+      "y",
+      "n",
+      "yes",
+      "no",
+      "true",
+      "false",
+      "on",
+      "off",
+      "null",
+      "~",
+      ".nan",
+      ".inf",
+      "-.inf",
+      "+.inf"};
   if (contains(kWords, lower(s))) {
     return true;
   }
@@ -133,8 +145,7 @@ bool needs_quotes(const std::string& s) {
     return true;
   }
   return s.find(": ") != std::string::npos ||
-         s.find(" #") != std::string::npos ||
-         s.find('\n') != std::string::npos;
+         s.find(" #") != std::string::npos || s.find('\n') != std::string::npos;
 }
 
 std::string quote(const std::string& s) {
@@ -204,16 +215,16 @@ int line_at_offset(const std::string& text, std::size_t offset) {
                  '\n'));
 }
 
-std::vector<Entry> parse_yaml(const std::string& path, const std::string& text) {
+std::vector<Entry> parse_yaml(
+    const std::string& path, const std::string& text) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw IoError(
         kComponent,
-        path + ":" + std::to_string(e.mark.line + 1) +
-            ": YAML syntax error: " + e.msg +
-            ". Fix the file, or write a new one with `ampkit config`.");
+        path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " +
+            e.msg + ". Fix the file, or write a new one with `ampkit config`.");
   }
   std::vector<Entry> entries;
   if (!root.IsDefined() || root.IsNull()) {
@@ -257,7 +268,8 @@ std::vector<Entry> parse_yaml(const std::string& path, const std::string& text) 
   return entries;
 }
 
-std::vector<Entry> parse_json(const std::string& path, const std::string& text) {
+std::vector<Entry> parse_json(
+    const std::string& path, const std::string& text) {
   nlohmann::ordered_json root;
   try {
     root = nlohmann::ordered_json::parse(text);
@@ -306,8 +318,8 @@ std::vector<Entry> parse_json(const std::string& path, const std::string& text) 
     }
     // JSON is YAML's flow style; re-emitted as block style like accelerate.
     entry.yaml = entry.kind == Entry::Kind::quoted
-        ? yaml_string(entry.text)
-        : yaml_text(YAML::Load(value.dump()));
+                     ? yaml_string(entry.text)
+                     : yaml_text(YAML::Load(value.dump()));
     entries.push_back(std::move(entry));
   }
   return entries;
@@ -330,17 +342,17 @@ class Reader {
       const Entry& entry,
       const std::string& what,
       const std::string& valid) const {
-    const std::string shown =
-        entry.kind == Entry::Kind::null ? "null"
-        : entry.kind == Entry::Kind::collection ? entry.yaml
-                                                : entry.text;
+    const std::string shown = entry.kind == Entry::Kind::null ? "null"
+                              : entry.kind == Entry::Kind::collection
+                                  ? entry.yaml
+                                  : entry.text;
     throw ConfigError(
         path_,
         entry.line,
         entry.key,
         false,
-        where(entry) + ": key '" + entry.key + "' " + what + ", got '" +
-            shown + "'. " + valid);
+        where(entry) + ": key '" + entry.key + "' " + what + ", got '" + shown +
+            "'. " + valid);
   }
 
   std::string where(const Entry& entry) const {
@@ -356,8 +368,8 @@ class Reader {
   }
 
   int64_t integer(const Entry& entry, int64_t min, int64_t max) const {
-    const std::string valid = "Valid values: an integer from " +
-        std::to_string(min) +
+    const std::string valid =
+        "Valid values: an integer from " + std::to_string(min) +
         (max == INT64_MAX ? " up" : " to " + std::to_string(max)) + ".";
     const std::string text = scalar(entry, valid);
     if (!detail::parse_int(text)) {
@@ -426,15 +438,15 @@ class Reader {
     } else if (key == "machine_rank") {
       config.machine_rank = integer(entry, 0, INT64_MAX);
     } else if (key == "main_process_port") {
-      config.main_process_port = entry.kind == Entry::Kind::null
-          ? 0
-          : integer(entry, 0, 65535);
+      config.main_process_port =
+          entry.kind == Entry::Kind::null ? 0 : integer(entry, 0, 65535);
     } else if (key == "gradient_accumulation_steps") {
       config.gradient_accumulation_steps = integer(entry, 1, INT64_MAX);
     } else if (key == "main_process_ip") {
-      config.main_process_ip = entry.kind == Entry::Kind::null
-          ? ""
-          : scalar(entry, "Valid values: an IP address or host name.");
+      config.main_process_ip =
+          entry.kind == Entry::Kind::null
+              ? ""
+              : scalar(entry, "Valid values: an IP address or host name.");
     } else if (key == "use_cpu") {
       config.use_cpu = boolean(entry);
     } else if (key == "debug") {
@@ -445,8 +457,8 @@ class Reader {
       config.gpu_ids = gpu_ids(entry);
     } else if (key == "rdzv_backend") {
       config.rdzv_backend = entry.kind == Entry::Kind::null
-          ? "static"
-          : scalar(entry, "Valid values: static, c10d.");
+                                ? "static"
+                                : scalar(entry, "Valid values: static, c10d.");
     } else if (key == "main_training_function") {
       config.main_training_function =
           scalar(entry, "Valid values: a function name, e.g. main.");
@@ -505,9 +517,10 @@ class Reader {
       } else if (entry.key == "dynamo_backend") {
         // accelerate's process_config: NO -> {}, else {dynamo_backend: X}.
         if (!passthrough.count("dynamo_config")) {
-          passthrough["dynamo_config"] = lower(entry.text) == "no"
-              ? "{}"
-              : "dynamo_backend: " + yaml_string(entry.text);
+          passthrough["dynamo_config"] =
+              lower(entry.text) == "no"
+                  ? "{}"
+                  : "dynamo_backend: " + yaml_string(entry.text);
         }
       }
     }
@@ -523,9 +536,8 @@ class Reader {
             entry.line,
             entry.key,
             true,
-            where(entry) + ": unknown key '" + entry.key +
-                "'. Known keys: " + join(known_keys(), ", ") +
-                ". Fix or remove it.");
+            where(entry) + ": unknown key '" + entry.key + "'. Known keys: " +
+                join(known_keys(), ", ") + ". Fix or remove it.");
       }
     }
     config.passthrough.assign(passthrough.begin(), passthrough.end());
@@ -561,8 +573,8 @@ std::string yaml_entry(const std::string& key, const std::string& value) {
   if ((node.IsMap() || node.IsSequence()) && node.size() > 0) {
     // A one-line block collection ("a: 1" or "- x") still needs its own line.
     return value.front() == '{' || value.front() == '['
-        ? key + ": " + value + "\n"
-        : key + ":\n" + indent(value);
+               ? key + ": " + value + "\n"
+               : key + ":\n" + indent(value);
   }
   return key + ": " + value + "\n";
 }
@@ -596,8 +608,8 @@ const std::vector<std::string>& known_keys() {
 LaunchConfig load_config(const std::string& path) {
   const std::string text = read_file(path);
   const std::vector<Entry> entries = looks_like_json(path, text)
-      ? parse_json(path, text)
-      : parse_yaml(path, text);
+                                         ? parse_json(path, text)
+                                         : parse_yaml(path, text);
   return Reader(path).read(entries);
 }
 
@@ -611,12 +623,11 @@ void save_config(const LaunchConfig& config, const std::string& path) {
   values["gradient_accumulation_steps"] =
       std::to_string(config.gradient_accumulation_steps);
   values["machine_rank"] = std::to_string(config.machine_rank);
-  values["main_training_function"] =
-      yaml_string(config.main_training_function);
-  values["mixed_precision"] =
-      yaml_string(config.mixed_precision == Precision::automatic
-                      ? std::string("auto")
-                      : to_string(config.mixed_precision));
+  values["main_training_function"] = yaml_string(config.main_training_function);
+  values["mixed_precision"] = yaml_string(
+      config.mixed_precision == Precision::automatic
+          ? std::string("auto")
+          : to_string(config.mixed_precision));
   values["num_machines"] = std::to_string(config.num_machines);
   values["num_processes"] = std::to_string(config.num_processes);
   values["rdzv_backend"] = yaml_string(config.rdzv_backend);
@@ -641,8 +652,7 @@ void save_config(const LaunchConfig& config, const std::string& path) {
   if (target.has_parent_path()) {
     fs::create_directories(target.parent_path(), ec);
   }
-  const fs::path tmp =
-      target.string() + ".tmp." + std::to_string(::getpid());
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
@@ -651,8 +661,9 @@ void save_config(const LaunchConfig& config, const std::string& path) {
       fs::remove(tmp, ec);
       throw IoError(
           kComponent,
-          path + ": cannot be written. Check that its directory exists "
-                 "and is writable.");
+          path +
+              ": cannot be written. Check that its directory exists "
+              "and is writable.");
     }
   }
   fs::rename(tmp, target, ec);

@@ -50,10 +50,9 @@ diag::CheckResult check_config_file(const std::optional<std::string>& given) {
     } else {
       check.status = diag::CheckStatus::fail;
       check.value = message.rfind(prefix, 0) == 0
-          ? message.substr(prefix.size())
-          : message;
-      check.detail =
-          "fix the value, or write a new file with `ampkit config`.";
+                        ? message.substr(prefix.size())
+                        : message;
+      check.detail = "fix the value, or write a new file with `ampkit config`.";
     }
   } catch (const IoError& e) {
     const std::string message = e.what();

@@ -232,8 +232,7 @@ size_t ShardedSampler::pending_skip() const {
 }
 
 void ShardedSampler::save_position(
-    torch::serialize::OutputArchive& archive,
-    size_t batches) const {
+    torch::serialize::OutputArchive& archive, size_t batches) const {
   const auto& s = *state_;
   const auto& o = s.options;
   if (batches > s.position) {

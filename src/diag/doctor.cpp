@@ -26,7 +26,6 @@
 
 #include "utils/strings.h"
 
-
 namespace ampkit::diag {
 
 namespace {
@@ -245,7 +244,8 @@ BlasFound find_blas() {
     const auto end = config.find_first_of(", \n", begin);
     const std::string name = config.substr(begin, end - begin);
     const std::string kind = classify_blas(name);
-    return {kind.empty() ? name : kind, "built into LibTorch (at::show_config)"};
+    return {
+        kind.empty() ? name : kind, "built into LibTorch (at::show_config)"};
   }
   return {};
 }

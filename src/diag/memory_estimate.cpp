@@ -16,9 +16,7 @@ constexpr const char* kComponent = "MemoryEstimate";
 }  // namespace
 
 MemoryEstimate estimate_memory(
-    int64_t parameters,
-    const std::string& optimizer,
-    Precision precision) {
+    int64_t parameters, const std::string& optimizer, Precision precision) {
   if (parameters <= 0) {
     throw InvalidArgument(
         kComponent,
@@ -40,8 +38,7 @@ MemoryEstimate estimate_memory(
     e.optimizer_state = 4 * n;
   } else {
     throw InvalidArgument(
-        kComponent,
-        "optimizer must be adamw or sgd, got '" + optimizer + "'.");
+        kComponent, "optimizer must be adamw or sgd, got '" + optimizer + "'.");
   }
   if (precision == Precision::no) {
     e.weights = 4 * n;
@@ -111,12 +108,18 @@ std::string format_bytes(int64_t bytes) {
   return out;
 }
 
-std::string memory_table(int64_t parameters, const std::vector<MemoryEstimate>& rows) {
+std::string memory_table(
+    int64_t parameters, const std::vector<MemoryEstimate>& rows) {
   std::ostringstream out;
   out << "Training memory for " << parameters
       << " parameters (activations and the allocator's overhead excluded)\n";
-  const char* header[] = {"precision", "weights", "gradients",
-                          "optimizer state", "fp32 master weights", "total"};
+  const char* header[] = {
+      "precision",
+      "weights",
+      "gradients",
+      "optimizer state",
+      "fp32 master weights",
+      "total"};
   const int width[] = {10, 12, 12, 16, 20, 12};
   for (int i = 0; i < 6; ++i) {
     out << std::left << std::setw(width[i]) << header[i];
@@ -124,8 +127,10 @@ std::string memory_table(int64_t parameters, const std::vector<MemoryEstimate>& 
   out << '\n';
   for (const auto& r : rows) {
     const std::string cells[] = {
-        to_string(r.precision), format_bytes(r.weights),
-        format_bytes(r.gradients), format_bytes(r.optimizer_state),
+        to_string(r.precision),
+        format_bytes(r.weights),
+        format_bytes(r.gradients),
+        format_bytes(r.optimizer_state),
         r.master_weights ? format_bytes(r.master_weights) : "-",
         format_bytes(r.total())};
     for (int i = 0; i < 6; ++i) {

@@ -27,8 +27,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> wrap_backend(
     c10d::ProcessGroup::BackendType type,
     std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<PG> pg;
-  if constexpr (std::is_constructible_v<
-                    PG, c10::intrusive_ptr<c10d::Store>, int, int>) {
+  if constexpr (
+      std::is_constructible_v<PG, c10::intrusive_ptr<c10d::Store>, int, int>) {
     pg = c10::make_intrusive<PG>(store, rank, size);
     (void)timeout;
   } else {
@@ -60,16 +60,18 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_group(
     options->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
   } else {
-    options->devices.push_back(
-        c10d::ProcessGroupGloo::createDefaultDevice());
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   auto gloo =
       c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 #if TORCH_VERSION_MAJOR >= 2
   return wrap_backend(
-      store, rank, size,
+      store,
+      rank,
+      size,
       c10::static_intrusive_pointer_cast<c10d::Backend>(gloo),
-      c10d::ProcessGroup::BackendType::GLOO, timeout);
+      c10d::ProcessGroup::BackendType::GLOO,
+      timeout);
 #else
   return gloo;
 #endif
@@ -95,9 +97,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_group(
       c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 #if TORCH_VERSION_MAJOR >= 2
   return wrap_backend(
-      store, rank, size,
+      store,
+      rank,
+      size,
       c10::static_intrusive_pointer_cast<c10d::Backend>(nccl),
-      c10d::ProcessGroup::BackendType::NCCL, timeout);
+      c10d::ProcessGroup::BackendType::NCCL,
+      timeout);
 #else
   return nccl;
 #endif
@@ -125,45 +130,102 @@ std::unique_ptr<c10d::Reducer> construct_reducer(ReducerArgs& a) {
   using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
   using Names = std::unordered_map<size_t, std::string>;
   if constexpr (std::is_constructible_v<
-                    R, Params, Buckets, Limits, Group,
-                    std::vector<bool>, int64_t, bool, bool, Names, int64_t>) {
+                    R,
+                    Params,
+                    Buckets,
+                    Limits,
+                    Group,
+                    std::vector<bool>,
+                    int64_t,
+                    bool,
+                    bool,
+                    Names,
+                    int64_t>) {
     // 1.13 .. 2.7: with per-bucket size limits.
     return std::make_unique<R>(
-        std::move(a.params), std::move(a.bucket_indices),
-        std::move(a.per_bucket_size_limits), std::move(a.group),
-        expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
-        a.gradient_as_bucket_view, std::move(a.param_names),
+        std::move(a.params),
+        std::move(a.bucket_indices),
+        std::move(a.per_bucket_size_limits),
+        std::move(a.group),
+        expect_sparse,
+        a.bucket_bytes_cap,
+        a.find_unused_parameters,
+        a.gradient_as_bucket_view,
+        std::move(a.param_names),
         a.first_bucket_bytes_cap);
   } else if constexpr (std::is_constructible_v<
-                           R, Params, Buckets, Group,
-                           std::vector<bool>, int64_t, bool, bool, Names,
-                           int64_t, bool, bool>) {
+                           R,
+                           Params,
+                           Buckets,
+                           Group,
+                           std::vector<bool>,
+                           int64_t,
+                           bool,
+                           bool,
+                           Names,
+                           int64_t,
+                           bool,
+                           bool>) {
     // 2.8 .. 2.10: skip_all_reduce_unused_params and use_python_reducer
     // (false, false: Python DDP's defaults).
     return std::make_unique<R>(
-        std::move(a.params), std::move(a.bucket_indices), std::move(a.group),
-        expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
-        a.gradient_as_bucket_view, std::move(a.param_names),
-        a.first_bucket_bytes_cap, false, false);
+        std::move(a.params),
+        std::move(a.bucket_indices),
+        std::move(a.group),
+        expect_sparse,
+        a.bucket_bytes_cap,
+        a.find_unused_parameters,
+        a.gradient_as_bucket_view,
+        std::move(a.param_names),
+        a.first_bucket_bytes_cap,
+        false,
+        false);
   } else if constexpr (std::is_constructible_v<
-                           R, Params, Buckets, Group,
-                           std::vector<bool>, int64_t, bool, bool, Names,
-                           int64_t, bool, bool, std::vector<int64_t>>) {
+                           R,
+                           Params,
+                           Buckets,
+                           Group,
+                           std::vector<bool>,
+                           int64_t,
+                           bool,
+                           bool,
+                           Names,
+                           int64_t,
+                           bool,
+                           bool,
+                           std::vector<int64_t>>) {
     // 2.11: bucket_bytes_cap_list, empty as Python DDP passes it without
     // bucket_cap_mb_list (the Reducer then rebuilds buckets by
     // first_bucket_bytes_cap and bucket_bytes_cap).
     return std::make_unique<R>(
-        std::move(a.params), std::move(a.bucket_indices), std::move(a.group),
-        expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
-        a.gradient_as_bucket_view, std::move(a.param_names),
-        a.first_bucket_bytes_cap, false, false, std::vector<int64_t>{});
+        std::move(a.params),
+        std::move(a.bucket_indices),
+        std::move(a.group),
+        expect_sparse,
+        a.bucket_bytes_cap,
+        a.find_unused_parameters,
+        a.gradient_as_bucket_view,
+        std::move(a.param_names),
+        a.first_bucket_bytes_cap,
+        false,
+        false,
+        std::vector<int64_t>{});
   } else {
     // Newer (main after the 2.11 cut): batched gradient copies as well.
     return std::make_unique<R>(
-        std::move(a.params), std::move(a.bucket_indices), std::move(a.group),
-        expect_sparse, a.bucket_bytes_cap, a.find_unused_parameters,
-        a.gradient_as_bucket_view, std::move(a.param_names),
-        a.first_bucket_bytes_cap, false, false, std::vector<int64_t>{}, false);
+        std::move(a.params),
+        std::move(a.bucket_indices),
+        std::move(a.group),
+        expect_sparse,
+        a.bucket_bytes_cap,
+        a.find_unused_parameters,
+        a.gradient_as_bucket_view,
+        std::move(a.param_names),
+        a.first_bucket_bytes_cap,
+        false,
+        false,
+        std::vector<int64_t>{},
+        false);
   }
 }
 }  // namespace

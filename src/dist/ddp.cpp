@@ -27,8 +27,7 @@ constexpr int64_t kFirstBucketBytes = 1024 * 1024;
 class CompressionHook : public c10d::CommHookInterface {
  public:
   CompressionHook(
-      const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-      at::ScalarType dtype)
+      const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::ScalarType dtype)
       : state_(group), dtype_(dtype) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(
@@ -161,7 +160,8 @@ GradientSynchronizer::GradientSynchronizer(
     // Gloo gained bf16 only in later LibTorch releases: ask it once, on
     // every rank, rather than fail in the middle of the first backward.
     try {
-      std::vector<at::Tensor> probe{torch::zeros({1}, torch::TensorOptions().dtype(*c).device(im.params[0].device()))};
+      std::vector<at::Tensor> probe{torch::zeros(
+          {1}, torch::TensorOptions().dtype(*c).device(im.params[0].device()))};
       pg->allreduce(probe)->wait();
     } catch (const std::exception& e) {
       throw Unsupported(
@@ -214,8 +214,7 @@ void GradientSynchronizer::before_forward(bool sync) {
 }
 
 void GradientSynchronizer::after_forward(
-    const std::vector<torch::Tensor>& outputs,
-    bool sync) {
+    const std::vector<torch::Tensor>& outputs, bool sync) {
   auto& im = *impl_;
   if (!torch::GradMode::is_enabled()) {
     return;
@@ -260,9 +259,11 @@ void GradientSynchronizer::after_backward() {
   if (count > 0) {
     throw UsageError(
         kComponent,
-        std::to_string(count) + " parameter(s) got no gradient in this "
+        std::to_string(count) +
+            " parameter(s) got no gradient in this "
             "backward, so their all-reduce never ran and the processes "
-            "would drift apart: " + missing +
+            "would drift apart: " +
+            missing +
             ". Make every parameter take part in the loss, freeze the "
             "unused ones (requires_grad false) before prepare(), or set "
             "AcceleratorOptions().find_unused_parameters(true) (DDP's "

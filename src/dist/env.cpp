@@ -27,8 +27,7 @@ std::optional<int64_t> read_int(
   if (!value) {
     if (required) {
       throw InvalidArgument(
-          kComponent,
-          name + " is not set, but " + why + "." + kHowToLaunch);
+          kComponent, name + " is not set, but " + why + "." + kHowToLaunch);
     }
     return std::nullopt;
   }
@@ -56,8 +55,8 @@ void check_range(
 
 void read_master(const EnvLookup& env, DistEnv& out, const std::string& who) {
   const std::string why = who + " says this is one of " +
-      std::to_string(out.world_size) +
-      " processes, which meet at MASTER_ADDR:MASTER_PORT";
+                          std::to_string(out.world_size) +
+                          " processes, which meet at MASTER_ADDR:MASTER_PORT";
   auto addr = env("MASTER_ADDR");
   if (!addr || addr->empty()) {
     throw InvalidArgument(
@@ -72,15 +71,14 @@ void read_master(const EnvLookup& env, DistEnv& out, const std::string& who) {
   if (port < 1 || port > 65535) {
     throw InvalidArgument(
         kComponent,
-        "MASTER_PORT must be in [1, 65535], got " + std::to_string(port) +
-            "." + kHowToLaunch);
+        "MASTER_PORT must be in [1, 65535], got " + std::to_string(port) + "." +
+            kHowToLaunch);
   }
   out.master_port = static_cast<int>(port);
 }
 
 std::string first_set(
-    const EnvLookup& env,
-    std::initializer_list<const char*> names) {
+    const EnvLookup& env, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     if (auto v = env(name); v && !v->empty()) {
       return *v;
@@ -107,12 +105,12 @@ const char* to_string(Launcher launcher) {
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "[::1]" ||
-      host.rfind("127.", 0) == 0;
+         host.rfind("127.", 0) == 0;
 }
 
 bool DistEnv::single_node() const {
   return (local_world_size > 0 && local_world_size == world_size) ||
-      is_loopback(master_addr);
+         is_loopback(master_addr);
 }
 
 DistEnv detect_env(const EnvLookup& env) {
@@ -149,14 +147,16 @@ DistEnv detect_env(const EnvLookup& env) {
         throw InvalidArgument(
             kComponent,
             "LOCAL_RANK is not set in a run over several machines "
-            "(MASTER_ADDR " + out.master_addr +
+            "(MASTER_ADDR " +
+                out.master_addr +
                 "). Set LOCAL_RANK to the process's index on its machine." +
                 kHowToLaunch);
       }
       out.local_rank = out.rank;
     }
     check_range(
-        "LOCAL_RANK", out.local_rank,
+        "LOCAL_RANK",
+        out.local_rank,
         out.local_world_size > 0 ? "LOCAL_WORLD_SIZE" : "WORLD_SIZE",
         out.local_world_size > 0 ? out.local_world_size : out.world_size);
     out.run_id = first_set(env, {"AMPKIT_RUN_ID", "TORCHELASTIC_RUN_ID"});
@@ -172,14 +172,17 @@ DistEnv detect_env(const EnvLookup& env) {
     out.rank = *read_int(env, "SLURM_PROCID", true, "");
     check_range("SLURM_PROCID", out.rank, "SLURM_NTASKS", out.world_size);
     out.local_rank = *read_int(
-        env, "SLURM_LOCALID", true,
+        env,
+        "SLURM_LOCALID",
+        true,
         "SLURM_PROCID is set, so each task needs its index on its node");
     if (auto nodes = read_int(env, "SLURM_NNODES", false, "")) {
       if (*nodes == 1) {
         out.local_world_size = out.world_size;
       }
     }
-    check_range("SLURM_LOCALID", out.local_rank, "SLURM_NTASKS", out.world_size);
+    check_range(
+        "SLURM_LOCALID", out.local_rank, "SLURM_NTASKS", out.world_size);
     if (out.world_size > 1) {
       read_master(env, out, "SLURM_NTASKS");
     }
@@ -199,15 +202,20 @@ DistEnv detect_env(const EnvLookup& env) {
     out.rank = *read_int(
         env, "OMPI_COMM_WORLD_RANK", true, "OMPI_COMM_WORLD_SIZE is set");
     check_range(
-        "OMPI_COMM_WORLD_RANK", out.rank, "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
+        out.rank,
+        "OMPI_COMM_WORLD_SIZE",
         out.world_size);
     out.local_rank = *read_int(
-        env, "OMPI_COMM_WORLD_LOCAL_RANK", true,
+        env,
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        true,
         "OMPI_COMM_WORLD_RANK is set, so each process needs its local rank");
     out.local_world_size =
         read_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", false, "").value_or(-1);
     check_range(
-        "OMPI_COMM_WORLD_LOCAL_RANK", out.local_rank,
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        out.local_rank,
         out.local_world_size > 0 ? "OMPI_COMM_WORLD_LOCAL_SIZE"
                                  : "OMPI_COMM_WORLD_SIZE",
         out.local_world_size > 0 ? out.local_world_size : out.world_size);

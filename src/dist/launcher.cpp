@@ -57,11 +57,13 @@ class Reaper {
   Reaper() {
     int fds[2];
     if (::pipe(fds) != 0) {
-      throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
+      throw IoError(
+          kComponent, std::string("pipe failed: ") + std::strerror(errno));
     }
     pid_ = ::fork();
     if (pid_ < 0) {
-      throw IoError(kComponent, std::string("fork failed: ") + std::strerror(errno));
+      throw IoError(
+          kComponent, std::string("fork failed: ") + std::strerror(errno));
     }
     if (pid_ == 0) {
       ::close(fds[1]);
@@ -93,7 +95,8 @@ class Reaper {
   }
 
   [[noreturn]] static void run(int fd) {
-    ::signal(SIGINT, SIG_IGN);  // a terminal's Ctrl-C is the launcher's to handle
+    ::signal(
+        SIGINT, SIG_IGN);  // a terminal's Ctrl-C is the launcher's to handle
     ::signal(SIGTERM, SIG_IGN);
     const int null = ::open("/dev/null", O_RDWR);
     for (int i = 0; i < 3; ++i) {
@@ -108,7 +111,8 @@ class Reaper {
     static int32_t groups[4096];
     size_t count = 0;
     int32_t value = 0;
-    while (::read(fd, &value, sizeof(value)) == static_cast<ssize_t>(sizeof(value))) {
+    while (::read(fd, &value, sizeof(value)) ==
+           static_cast<ssize_t>(sizeof(value))) {
       if (value > 0 && count < sizeof(groups) / sizeof(groups[0])) {
         groups[count++] = value;
       } else if (value < 0) {
@@ -144,7 +148,7 @@ struct Worker {
 std::string describe(int status) {
   if (WIFSIGNALED(status)) {
     return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) +
-        " (" + ::strsignal(WTERMSIG(status)) + ")";
+           " (" + ::strsignal(WTERMSIG(status)) + ")";
   }
   return "exit code " + std::to_string(WEXITSTATUS(status));
 }
@@ -155,19 +159,26 @@ int exit_code(int status) {
 
 class Group {
  public:
-  Group(const LaunchOptions& o, std::ostream& out, std::ostream& err, int port, Reaper& reaper)
+  Group(
+      const LaunchOptions& o,
+      std::ostream& out,
+      std::ostream& err,
+      int port,
+      Reaper& reaper)
       : o_(o), out_(out), err_(err), port_(port), reaper_(reaper) {}
 
   void start() {
     const int64_t local = o_.num_processes / o_.num_machines;
     std::random_device device;
-    run_id_ = "launch-" + std::to_string(::getpid()) + "-" + std::to_string(device());
+    run_id_ =
+        "launch-" + std::to_string(::getpid()) + "-" + std::to_string(device());
     for (int64_t l = 0; l < local; ++l) {
       Worker w;
       w.rank = o_.machine_rank * local + l;
       int fds[2];
       if (::pipe(fds) != 0) {
-        throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
+        throw IoError(
+            kComponent, std::string("pipe failed: ") + std::strerror(errno));
       }
       const pid_t parent = ::getpid();
       const pid_t pid = ::fork();
@@ -222,7 +233,11 @@ class Group {
         }
         argv.push_back(nullptr);
         ::execvp(argv[0], argv.data());
-        std::fprintf(stderr, "ampkit launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+        std::fprintf(
+            stderr,
+            "ampkit launch: cannot run %s: %s\n",
+            argv[0],
+            std::strerror(errno));
         std::_Exit(127);
       }
       ::close(fds[1]);
@@ -232,7 +247,8 @@ class Group {
       w.running = true;
       if (!o_.log_dir.empty()) {
         w.log = std::make_unique<std::ofstream>(
-            o_.log_dir + "/rank_" + std::to_string(w.rank) + ".log", std::ios::app);
+            o_.log_dir + "/rank_" + std::to_string(w.rank) + ".log",
+            std::ios::app);
       }
       workers_.push_back(std::move(w));
     }
@@ -248,12 +264,16 @@ class Group {
           fds.push_back({w.fd, POLLIN, 0});
         }
       }
-      ::poll(fds.data(), fds.size(), static_cast<int>(o_.monitor_interval.count()));
+      ::poll(
+          fds.data(),
+          fds.size(),
+          static_cast<int>(o_.monitor_interval.count()));
       if (fds[0].revents & POLLIN) {
         unsigned char sig = 0;
         if (::read(g_signal_pipe[0], &sig, 1) == 1) {
-          err_ << "ampkit launch: got signal " << int(sig) << " (" << ::strsignal(sig)
-               << "), forwarding it to the workers" << std::endl;
+          err_ << "ampkit launch: got signal " << int(sig) << " ("
+               << ::strsignal(sig) << "), forwarding it to the workers"
+               << std::endl;
           for (auto& w : workers_) {
             if (w.running) {
               ::kill(-w.pid, sig);
@@ -276,7 +296,8 @@ class Group {
           w.status = status;
           if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
             drain();
-            err_ << "ampkit launch: rank " << w.rank << " failed (" << describe(status)
+            err_ << "ampkit launch: rank " << w.rank << " failed ("
+                 << describe(status)
                  << "); stopping the other workers. Its last lines:\n";
             for (const auto& line : w.last_lines) {
               err_ << "  [rank " << w.rank << "] " << line << '\n';
@@ -388,7 +409,6 @@ class Group {
     }
   }
 
-
  public:
   bool interrupted = false;
 
@@ -406,9 +426,13 @@ class Group {
 
 int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   if (o.command.empty()) {
-    throw InvalidArgument(kComponent, "no program to launch. Usage: ampkit launch [options] PROGRAM [ARGS...]");
+    throw InvalidArgument(
+        kComponent,
+        "no program to launch. Usage: ampkit launch [options] PROGRAM "
+        "[ARGS...]");
   }
-  if (o.num_processes < 1 || o.num_machines < 1 || o.num_processes % o.num_machines != 0) {
+  if (o.num_processes < 1 || o.num_machines < 1 ||
+      o.num_processes % o.num_machines != 0) {
     throw InvalidArgument(
         kComponent,
         "num_processes must be a positive multiple of num_machines, got " +
@@ -418,11 +442,15 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   if (o.machine_rank < 0 || o.machine_rank >= o.num_machines) {
     throw InvalidArgument(
         kComponent,
-        "machine_rank must be in [0, num_machines=" + std::to_string(o.num_machines) +
-            "), got " + std::to_string(o.machine_rank) + ".");
+        "machine_rank must be in [0, num_machines=" +
+            std::to_string(o.num_machines) + "), got " +
+            std::to_string(o.machine_rank) + ".");
   }
   if (o.max_restarts < 0) {
-    throw InvalidArgument(kComponent, "max_restarts must be >= 0, got " + std::to_string(o.max_restarts) + ".");
+    throw InvalidArgument(
+        kComponent,
+        "max_restarts must be >= 0, got " + std::to_string(o.max_restarts) +
+            ".");
   }
   int port = o.main_process_port;
   if (port == 0) {
@@ -430,7 +458,8 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
       throw InvalidArgument(
           kComponent,
           "main_process_port 0 (pick a free port) works on one machine only; "
-          "with " + std::to_string(o.num_machines) +
+          "with " +
+              std::to_string(o.num_machines) +
               " machines pass the same --main_process_port to every launcher.");
     }
     port = pick_free_port();
@@ -447,7 +476,8 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   if (::pipe(g_signal_pipe) != 0) {
-    throw IoError(kComponent, std::string("pipe failed: ") + std::strerror(errno));
+    throw IoError(
+        kComponent, std::string("pipe failed: ") + std::strerror(errno));
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

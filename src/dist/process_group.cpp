@@ -47,8 +47,8 @@ std::string sanitize(const std::string& text) {
   for (char c : text) {
     out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
             c == '_' || c == '.')
-        ? c
-        : '_';
+               ? c
+               : '_';
   }
   return out.empty() ? "run" : out.substr(0, 64);
 }
@@ -113,7 +113,8 @@ struct FileRendezvous {
 // Rank 0 publishes, in <dir>/owner, its PID, start time and a fresh nonce;
 // the others accept only a marker whose process is alive with that start
 // time, so a marker left by a crashed run is never joined.
-FileRendezvous file_rendezvous(const DistEnv& env, std::chrono::milliseconds timeout) {
+FileRendezvous file_rendezvous(
+    const DistEnv& env, std::chrono::milliseconds timeout) {
   std::string base;
   if (const char* d = std::getenv("AMPKIT_RDZV_DIR"); d && *d) {
     base = d;
@@ -123,12 +124,12 @@ FileRendezvous file_rendezvous(const DistEnv& env, std::chrono::milliseconds tim
       tmp = std::getenv("TMPDIR");
     }
     base = std::string(tmp && *tmp ? tmp : "/tmp") + "/ampkit-" +
-        std::to_string(::getuid());
+           std::to_string(::getuid());
   }
   ensure_private_dir(base);
   FileRendezvous r;
   r.dir = base + "/rdzv-" + sanitize(env.run_id) + "-" +
-      std::to_string(env.master_port);
+          std::to_string(env.master_port);
   r.marker = r.dir + "/owner";
   if (env.rank == 0) {
     ensure_private_dir(r.dir);
@@ -173,7 +174,7 @@ FileRendezvous file_rendezvous(const DistEnv& env, std::chrono::milliseconds tim
         return r;
       }
       last_seen = "a stale marker of process " + std::to_string(pid) +
-          ", which is no longer running";
+                  ", which is no longer running";
     }
     if (std::chrono::steady_clock::now() > deadline) {
       throw DistributedError(
@@ -231,11 +232,8 @@ std::string describe_shape(const std::vector<int64_t>& encoded) {
 
 }  // namespace
 
-
 ProcessGroup::ProcessGroup(
-    const DistEnv& env,
-    const GroupOptions& options,
-    c10::Device device)
+    const DistEnv& env, const GroupOptions& options, c10::Device device)
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   im.env = env;
@@ -291,8 +289,8 @@ ProcessGroup::ProcessGroup(
               ". Check MASTER_ADDR/MASTER_PORT, that rank 0 is running, and "
               "that the port is open between the machines.");
     }
-    im.rendezvous = "TCPStore " + env.master_addr + ":" +
-        std::to_string(env.master_port);
+    im.rendezvous =
+        "TCPStore " + env.master_addr + ":" + std::to_string(env.master_port);
   }
   im.store->setTimeout(options.timeout());
   try {
@@ -300,7 +298,10 @@ ProcessGroup::ProcessGroup(
       im.pg = detail::make_nccl_group(im.store, rank, size, options.timeout());
     } else {
       im.pg = detail::make_gloo_group(
-          im.store, rank, size, options.timeout(),
+          im.store,
+          rank,
+          size,
+          options.timeout(),
           env.single_node() ? "127.0.0.1" : "");
     }
   } catch (const Error&) {
@@ -365,7 +366,8 @@ void ProcessGroup::report_failure(const std::string& message) noexcept {
   try {
     const std::string text = message.substr(0, 4000);
     im.store->set(
-        failure_key(im.env.rank), std::vector<uint8_t>(text.begin(), text.end()));
+        failure_key(im.env.rank),
+        std::vector<uint8_t>(text.begin(), text.end()));
   } catch (...) {
     // The store may be gone with rank 0; the others then time out.
   }
@@ -384,7 +386,8 @@ void ProcessGroup::rethrow_explained(const std::string& operation) {
   // The failed rank writes its key before its sockets close; give it a
   // moment to land.
   std::string causes;
-  const auto deadline = std::chrono::steady_clock::now() +
+  const auto deadline =
+      std::chrono::steady_clock::now() +
       std::min<std::chrono::milliseconds>(
           im.options.timeout(), std::chrono::milliseconds(2000));
   do {
@@ -396,8 +399,8 @@ void ProcessGroup::rethrow_explained(const std::string& operation) {
         if (im.store && im.store->check({failure_key(r)})) {
           const auto bytes = im.store->get(failure_key(r));
           causes += (causes.empty() ? "" : "; ") + std::string("rank ") +
-              std::to_string(r) + " failed: " +
-              std::string(bytes.begin(), bytes.end());
+                    std::to_string(r) +
+                    " failed: " + std::string(bytes.begin(), bytes.end());
         }
       } catch (...) {
         // The store itself is unreachable (rank 0 gone over TCPStore).
@@ -425,10 +428,11 @@ void ProcessGroup::rethrow_explained(const std::string& operation) {
   }
   throw DistributedError(
       kComponent,
-      operation + " on rank " + std::to_string(im.env.rank) + " failed: " +
-          original +
+      operation + " on rank " + std::to_string(im.env.rank) +
+          " failed: " + original +
           ". No other rank reported an error: one may have been killed, "
-          "stuck past the timeout (" + seconds(im.options.timeout()) +
+          "stuck past the timeout (" +
+          seconds(im.options.timeout()) +
           "), or called a different collective; see the other ranks' "
           "output, and run with debug mode (AMPKIT_DEBUG=1) to compare "
           "shapes.");
@@ -460,7 +464,8 @@ std::vector<std::vector<int64_t>> ProcessGroup::all_shapes(
   std::vector<std::vector<int64_t>> shapes;
   for (auto& t : outputs[0]) {
     auto cpu = t.cpu();
-    shapes.emplace_back(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
+    shapes.emplace_back(
+        cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
   }
   return shapes;
 }
@@ -484,7 +489,7 @@ void check_same(
   std::string list;
   for (size_t r = 0; r < shapes.size(); ++r) {
     list += (r ? "; rank " : "rank ") + std::to_string(r) + ": " +
-        describe_shape(shapes[r]);
+            describe_shape(shapes[r]);
   }
   throw DistributedError(
       "Distributed",
@@ -515,7 +520,8 @@ void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   try {
     std::vector<at::Tensor> tensors{tensor.contiguous()};
     c10d::AllreduceOptions o;
-    o.reduceOp = op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    o.reduceOp =
+        op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
     impl_->pg->allreduce(tensors, o)->wait();
     if (!tensors[0].is_same(tensor)) {
       tensor.copy_(tensors[0]);
@@ -528,7 +534,8 @@ void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   }
 }
 
-std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor) {
+std::vector<torch::Tensor> ProcessGroup::all_gather(
+    const torch::Tensor& tensor) {
   check_same(*this, "gather (all_gather)", tensor);
   try {
     std::vector<at::Tensor> inputs{tensor.contiguous()};
@@ -559,8 +566,7 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int64_t root) {
 }
 
 void ProcessGroup::broadcast_coalesced(
-    const std::vector<torch::Tensor>& tensors,
-    int64_t root) {
+    const std::vector<torch::Tensor>& tensors, int64_t root) {
   if (tensors.empty()) {
     return;
   }

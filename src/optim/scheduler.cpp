@@ -96,8 +96,8 @@ void check_non_negative(const char* what, double v, const char* hint) {
   if (!(v >= 0.0) || !std::isfinite(v)) {
     throw InvalidArgument(
         kPlateau,
-        std::string(what) + " must be >= 0 and finite, got " + detail::exact_number(v) + ". " +
-            hint);
+        std::string(what) + " must be >= 0 and finite, got " +
+            detail::exact_number(v) + ". " + hint);
   }
 }
 
@@ -223,8 +223,8 @@ void check_lrs(
       throw InvalidArgument(
           component,
           "state key " + in_quotes(key) + " must hold finite lrs >= 0, got " +
-              detail::exact_number(lrs[i]) + " for param group " + std::to_string(i) +
-              ". Load a value saved by state_dict().");
+              detail::exact_number(lrs[i]) + " for param group " +
+              std::to_string(i) + ". Load a value saved by state_dict().");
     }
   }
 }
@@ -271,8 +271,8 @@ void LRScheduler::step() {
 void LRScheduler::step(double metric) {
   throw UsageError(
       component(),
-      "step(metric) is only for ReduceLROnPlateau, got step(" + detail::exact_number(metric) +
-          ") on a " + in_quotes(name()) +
+      "step(metric) is only for ReduceLROnPlateau, got step(" +
+          detail::exact_number(metric) + ") on a " + in_quotes(name()) +
           " scheduler. Call step() after each optimizer step; this schedule "
           "depends on the step count alone.");
 }

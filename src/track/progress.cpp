@@ -20,11 +20,18 @@ std::string clock_text(double seconds) {
   char buf[32];
   if (s >= 3600) {
     std::snprintf(
-        buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
-        static_cast<long long>((s / 60) % 60), static_cast<long long>(s % 60));
+        buf,
+        sizeof(buf),
+        "%lld:%02lld:%02lld",
+        static_cast<long long>(s / 3600),
+        static_cast<long long>((s / 60) % 60),
+        static_cast<long long>(s % 60));
   } else {
     std::snprintf(
-        buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(s / 60),
+        buf,
+        sizeof(buf),
+        "%lld:%02lld",
+        static_cast<long long>(s / 60),
         static_cast<long long>(s % 60));
   }
   return buf;
@@ -72,9 +79,9 @@ std::string Progress::format(const ProgressState& state) const {
       std::min(1.0, std::max(0.0, double(state.step) / double(total_steps_)));
   const double elapsed =
       std::chrono::duration<double>(Clock::now() - start_).count();
-  const double eta = state.step > 0
-      ? elapsed / double(state.step) * double(total_steps_ - state.step)
-      : std::nan("");
+  const double eta = state.step > 0 ? elapsed / double(state.step) *
+                                          double(total_steps_ - state.step)
+                                    : std::nan("");
   std::string text = "epoch " + std::to_string(state.epoch) + " ";
   if (!plain_) {
     const int filled = static_cast<int>(fraction * options_.bar_width);

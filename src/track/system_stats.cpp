@@ -55,9 +55,11 @@ const Nvml& nvml() {
     if (handle == nullptr) {
       return;
     }
-    auto init = reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlInit_v2"));
-    lib.device_by_index = reinterpret_cast<NvmlReturn (*)(unsigned, NvmlDevice*)>(
-        dlsym(handle, "nvmlDeviceGetHandleByIndex_v2"));
+    auto init =
+        reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlInit_v2"));
+    lib.device_by_index =
+        reinterpret_cast<NvmlReturn (*)(unsigned, NvmlDevice*)>(
+            dlsym(handle, "nvmlDeviceGetHandleByIndex_v2"));
     lib.memory_info = reinterpret_cast<NvmlReturn (*)(NvmlDevice, NvmlMemory*)>(
         dlsym(handle, "nvmlDeviceGetMemoryInfo"));
     lib.utilization =

@@ -9,9 +9,9 @@
 #include <system_error>
 
 #include "ampkit/error.h"
-#include "utils/crc32c.h"
-#include "track/run_dir.h"
 #include "track/protobuf.h"
+#include "track/run_dir.h"
+#include "utils/crc32c.h"
 
 namespace ampkit::track {
 
@@ -115,7 +115,8 @@ std::string markdown_cell(const std::string& text) {
 }  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const std::string& run_dir) {
-  const auto path = event_file_path(ampkit::detail::make_run_dir(kComponent, run_dir));
+  const auto path =
+      event_file_path(ampkit::detail::make_run_dir(kComponent, run_dir));
   path_ = path.string();
   out_.open(path, std::ios::binary | std::ios::trunc);
   if (!out_) {

@@ -17,8 +17,7 @@
 namespace ampkit::detail {
 
 std::filesystem::path make_run_dir(
-    const char* component,
-    const std::string& run_dir) {
+    const char* component, const std::string& run_dir) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec || !std::filesystem::is_directory(run_dir)) {
@@ -140,8 +139,8 @@ class CsvTracker : public FileTracker {
     std::ostringstream rows;
     rows.precision(17);
     for (const auto& [key, value] : metrics) {
-      rows << step << ',' << wall_time << ',' << csv_field(key) << ','
-           << value << '\n';
+      rows << step << ',' << wall_time << ',' << csv_field(key) << ',' << value
+           << '\n';
     }
     write(rows.str());
   }
@@ -161,7 +160,6 @@ class CsvTracker : public FileTracker {
 
 }  // namespace
 
-
 std::vector<std::string> parse_log_with(const std::string& log_with) {
   const std::vector<std::string> all = {"jsonl", "csv", "tensorboard"};
   std::vector<std::string> names;
@@ -180,7 +178,8 @@ std::vector<std::string> parse_log_with(const std::string& log_with) {
       throw InvalidArgument(
           kComponent,
           "unknown tracker in log_with, got '" + item +
-              "'. Valid values: jsonl, csv, tensorboard, all (comma-separated).");
+              "'. Valid values: jsonl, csv, tensorboard, all "
+              "(comma-separated).");
     }
     if (std::find(names.begin(), names.end(), item) == names.end()) {
       names.push_back(item);

@@ -27,8 +27,7 @@ inline std::string lower(std::string text) {
 
 /// parts[0] + sep + parts[1] + ...
 inline std::string join(
-    const std::vector<std::string>& parts,
-    std::string_view sep) {
+    const std::vector<std::string>& parts, std::string_view sep) {
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (i > 0) {

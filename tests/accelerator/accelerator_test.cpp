@@ -8,9 +8,9 @@
 #include <limits>
 
 #include "accelerator/state.h"
+#include "amp/compat.h"
 #include "ampkit/accelerator/accelerator.h"
 #include "ampkit/error.h"
-#include "amp/compat.h"
 #include "test_util.h"
 
 namespace ampkit {
@@ -59,8 +59,7 @@ void expect_close(
 }
 
 void expect_equal(
-    const std::vector<torch::Tensor>& a,
-    const std::vector<torch::Tensor>& b) {
+    const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
@@ -90,7 +89,8 @@ TEST(AcceleratorTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
     auto scope = accelerator.accumulate(model);
     EXPECT_EQ(accelerator.sync_gradients(), i == kSteps - 1) << i;
     const auto rows = torch::indexing::Slice(i * 8, (i + 1) * 8);
-    accelerator.backward(torch::mse_loss(model(x.index({rows})), y.index({rows})));
+    accelerator.backward(
+        torch::mse_loss(model(x.index({rows})), y.index({rows})));
     optimizer.step();
     optimizer.zero_grad();
     if (i < kSteps - 1) {
@@ -129,9 +129,7 @@ TEST(AcceleratorTest, AccumulateRefusesAModelPreparedElsewhere) {
   Accelerator b(quiet());
   auto model = b.prepare(make_net());
   AMPKIT_EXPECT_THROWS_WITH(
-      { auto scope = a.accumulate(model); },
-      UsageError,
-      "did not prepare");
+      { auto scope = a.accumulate(model); }, UsageError, "did not prepare");
 }
 
 // The data set of 10 batches of 2: with accumulation 4, gradients sync at
@@ -139,9 +137,9 @@ TEST(AcceleratorTest, AccumulateRefusesAModelPreparedElsewhere) {
 TEST(AcceleratorTest, LastBatchOfThePreparedLoaderSynchronises) {
   Accelerator accelerator(quiet().gradient_accumulation_steps(4));
   auto model = accelerator.prepare(make_net());
-  auto dataset = torch::data::datasets::TensorDataset(torch::randn({20, 6}))
-                     .map(torch::data::transforms::Stack<
-                          torch::data::TensorExample>());
+  auto dataset =
+      torch::data::datasets::TensorDataset(torch::randn({20, 6}))
+          .map(torch::data::transforms::Stack<torch::data::TensorExample>());
   auto loader = accelerator.prepare(
       torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
           std::move(dataset), torch::data::DataLoaderOptions(2)));
@@ -241,9 +239,9 @@ TEST(AcceleratorTest, SchedulerStepsOncePerOptimizerStepWhenAccumulating) {
 }
 
 TEST(AcceleratorTest, SchedulerStepsOnEveryCallWithoutStepWithOptimizer) {
-  Accelerator accelerator(quiet()
-                              .gradient_accumulation_steps(2)
-                              .step_scheduler_with_optimizer(false));
+  Accelerator accelerator(
+      quiet().gradient_accumulation_steps(2).step_scheduler_with_optimizer(
+          false));
   Net net = make_net();
   torch::optim::SGD sgd(net->parameters(), 0.1);
   optim::StepLR step_lr(sgd, 1, 0.5);
@@ -585,7 +583,8 @@ TEST(AcceleratorTest, ForwardErrorsCarryAnAmpkitHint) {
     model(torch::randn({2, 6}).to(torch::kBFloat16));
     ADD_FAILURE() << "a bf16 input to an fp32 model must fail";
   } catch (const c10::Error& e) {
-    EXPECT_THAT(e.what(), testing::HasSubstr("mat1 and mat2 must have the same dtype"));
+    EXPECT_THAT(
+        e.what(), testing::HasSubstr("mat1 and mat2 must have the same dtype"));
     EXPECT_THAT(e.what(), testing::HasSubstr("ampkit hint:"));
     EXPECT_THAT(e.what(), testing::HasSubstr("accelerator.autocast()"));
   }

@@ -11,8 +11,8 @@ namespace ampkit {
 namespace {
 
 EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const std::string& name)
-             -> std::optional<std::string> {
+  return [vars = std::move(vars)](
+             const std::string& name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) {
       return std::nullopt;
@@ -61,7 +61,8 @@ TEST(OptionsTest, ExplicitBeatsEnvironmentBeatsConfigBeatsDefault) {
   const auto caps = cpu_only(true);
 
   // Config over default.
-  auto r = resolve_options(AcceleratorOptions().config(config), env_of({}), caps);
+  auto r =
+      resolve_options(AcceleratorOptions().config(config), env_of({}), caps);
   EXPECT_EQ(r.mixed_precision, Precision::bf16);
   EXPECT_EQ(r.gradient_accumulation_steps, 8);
   EXPECT_EQ(row(r, "mixed_precision").source, "/tmp/default_config.yaml");
@@ -90,9 +91,7 @@ TEST(OptionsTest, ExplicitBeatsEnvironmentBeatsConfigBeatsDefault) {
 
 TEST(OptionsTest, AmpkitVariableWinsOverAccelerateVariable) {
   auto r = resolve_options(
-      {},
-      env_of({{"ACCELERATE_MIXED_PRECISION", "bf16"}}),
-      cpu_only(false));
+      {}, env_of({{"ACCELERATE_MIXED_PRECISION", "bf16"}}), cpu_only(false));
   EXPECT_EQ(r.mixed_precision, Precision::bf16);
   EXPECT_EQ(row(r, "mixed_precision").source, "env ACCELERATE_MIXED_PRECISION");
   r = resolve_options(
@@ -243,7 +242,9 @@ TEST(OptionsTest, LossScalingCanBeForcedOnOrOff) {
   auto r = resolve_options(
       AcceleratorOptions().loss_scaling(true), env_of({}), cpu_only(false));
   EXPECT_TRUE(r.loss_scaling);
-  EXPECT_EQ(row(r, "loss_scaling").value, "on (init_scale 65536, growth_interval 2000)");
+  EXPECT_EQ(
+      row(r, "loss_scaling").value,
+      "on (init_scale 65536, growth_interval 2000)");
   r = resolve_options(
       AcceleratorOptions().mixed_precision("fp16").loss_scaling(false),
       env_of({}),

@@ -44,8 +44,12 @@ std::string with_header(const std::string& json, const std::string& data = "") {
 }
 
 void expect_decode_error(const std::string& bytes, const std::string& problem) {
-  AMPKIT_EXPECT_THROWS_WITH(ck::decode_safetensors(bytes, "w.safetensors"), ampkit::IoError, problem);
-  AMPKIT_EXPECT_THROWS_WITH(ck::decode_safetensors(bytes, "w.safetensors"), ampkit::IoError, "w.safetensors");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::decode_safetensors(bytes, "w.safetensors"), ampkit::IoError, problem);
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::decode_safetensors(bytes, "w.safetensors"),
+      ampkit::IoError,
+      "w.safetensors");
 }
 
 TEST(SafetensorsTest, RoundTripsEveryDtypeShapeAndMetadata) {
@@ -73,13 +77,16 @@ TEST(SafetensorsTest, RoundTripsEveryDtypeShapeAndMetadata) {
   ASSERT_EQ(back.tensors.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     EXPECT_EQ(back.tensors[i].first, tensors[i].first);
-    EXPECT_EQ(back.tensors[i].second.scalar_type(), tensors[i].second.scalar_type());
-    EXPECT_TRUE(back.tensors[i].second.equal(tensors[i].second)) << tensors[i].first;
+    EXPECT_EQ(
+        back.tensors[i].second.scalar_type(), tensors[i].second.scalar_type());
+    EXPECT_TRUE(back.tensors[i].second.equal(tensors[i].second))
+        << tensors[i].first;
   }
 }
 
 TEST(SafetensorsTest, EachMalformedInputIsAnErrorNamingTheProblem) {
-  const std::string one = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string one =
+      R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   const std::string data(8, '\0');
   ASSERT_NO_THROW(ck::decode_safetensors(with_header(one, data), "ok"));
   expect_decode_error("abc", "fewer than the 8");
@@ -87,34 +94,60 @@ TEST(SafetensorsTest, EachMalformedInputIsAnErrorNamingTheProblem) {
   expect_decode_error(le64(500) + "{}", "runs past the end");
   expect_decode_error(with_header("[1]"), "not a JSON object");
   expect_decode_error(with_header("{\"t\": "), "malformed");
-  expect_decode_error(with_header("{\"a\":" + std::string(50, '[') + std::string(50, ']') + "}"), "nests deeper");
-  expect_decode_error(with_header(R"({"t":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "ab"),
-                      "dtype \"F8_E4M3\"");
-  expect_decode_error(with_header(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data), "needs 12");
-  expect_decode_error(with_header(R"({"t":{"dtype":"F32","shape":[2]}})", data), "needs dtype, shape and data_offsets");
-  expect_decode_error(with_header(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
-                      "non-negative integers");
+  expect_decode_error(
+      with_header(
+          "{\"a\":" + std::string(50, '[') + std::string(50, ']') + "}"),
+      "nests deeper");
+  expect_decode_error(
+      with_header(
+          R"({"t":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})",
+          "ab"),
+      "dtype \"F8_E4M3\"");
+  expect_decode_error(
+      with_header(
+          R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data),
+      "needs 12");
+  expect_decode_error(
+      with_header(R"({"t":{"dtype":"F32","shape":[2]}})", data),
+      "needs dtype, shape and data_offsets");
+  expect_decode_error(
+      with_header(
+          R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
+      "non-negative integers");
   expect_decode_error(with_header(one, data.substr(0, 5)), "truncated");
   expect_decode_error(with_header(one, data + "xx"), "unexpected bytes");
   expect_decode_error(
-      with_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
-                  "abc"),
+      with_header(
+          R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
+          "abc"),
       "overlap or leave a gap");
-  expect_decode_error(with_header(R"({"b":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})", "\x07"), "bools are 0 or 1");
-  expect_decode_error(with_header(R"({"__metadata__":{"k":1}})"), "must be a string");
+  expect_decode_error(
+      with_header(
+          R"({"b":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})", "\x07"),
+      "bools are 0 or 1");
+  expect_decode_error(
+      with_header(R"({"__metadata__":{"k":1}})"), "must be a string");
 }
 
 TEST(SafetensorsTest, RefusesWhatItCannotWrite) {
-  AMPKIT_EXPECT_THROWS_WITH(ck::encode_safetensors({{"a", torch::Tensor()}}), ampkit::InvalidArgument, "undefined");
-  AMPKIT_EXPECT_THROWS_WITH(ck::encode_safetensors({{"a", torch::ones(1)}, {"a", torch::ones(1)}}),
-                            ampkit::InvalidArgument, "repeated");
-  AMPKIT_EXPECT_THROWS_WITH(ck::encode_safetensors({{"c", torch::ones(1, torch::kComplexFloat)}}),
-                            ampkit::InvalidArgument, "cannot store dtype");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::encode_safetensors({{"a", torch::Tensor()}}),
+      ampkit::InvalidArgument,
+      "undefined");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::encode_safetensors({{"a", torch::ones(1)}, {"a", torch::ones(1)}}),
+      ampkit::InvalidArgument,
+      "repeated");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::encode_safetensors({{"c", torch::ones(1, torch::kComplexFloat)}}),
+      ampkit::InvalidArgument,
+      "cannot store dtype");
 }
 
 class CheckpointDirTest : public ampkit::testing_util::TempDirTest {
  protected:
-  std::string make(const std::string& name, const std::string& content = "abc") {
+  std::string make(
+      const std::string& name, const std::string& content = "abc") {
     const std::string dir = (dir_ / name).string();
     ck::CheckpointWriter w(dir);
     w.write("a.bin", content);
@@ -136,7 +169,9 @@ TEST_F(CheckpointDirTest, CommitPublishesACompleteFolderWithAManifest) {
   EXPECT_EQ(m.files[0].size, 3u);
   // Saving again over it replaces it whole.
   make("c", "changed");
-  EXPECT_EQ(ck::read_checkpoint_file(dir, ck::verify_checkpoint(dir), "a.bin"), "changed");
+  EXPECT_EQ(
+      ck::read_checkpoint_file(dir, ck::verify_checkpoint(dir), "a.bin"),
+      "changed");
 }
 
 TEST_F(CheckpointDirTest, AnUncommittedSaveLeavesNothingLoadable) {
@@ -148,43 +183,65 @@ TEST_F(CheckpointDirTest, AnUncommittedSaveLeavesNothingLoadable) {
   }  // abandoned (an exception mid-save)
   EXPECT_FALSE(fs::exists(ck::partial_dir(dir)));
   fs::create_directories(dir);
-  AMPKIT_EXPECT_THROWS_WITH(ck::verify_checkpoint(dir), ampkit::IoError, "no manifest.json");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::verify_checkpoint(dir), ampkit::IoError, "no manifest.json");
 }
 
 TEST_F(CheckpointDirTest, DamagedFilesAreNamed) {
   const std::string dir = make("c");
   { std::ofstream(fs::path(dir) / "a.bin") << "abd"; }
-  AMPKIT_EXPECT_THROWS_WITH(ck::verify_checkpoint(dir), ampkit::IoError, "a.bin fails its checksum");
-  { std::ofstream(fs::path(dir) / "a.bin") << "ab"; }
-  AMPKIT_EXPECT_THROWS_WITH(ck::verify_checkpoint(dir), ampkit::IoError, "a.bin has 2 bytes, the manifest says 3");
-  fs::remove(fs::path(dir) / "a.bin");
-  AMPKIT_EXPECT_THROWS_WITH(ck::verify_checkpoint(dir), ampkit::IoError, "a.bin is missing");
-  { std::ofstream(fs::path(dir) / "manifest.json") << "{\"format\": 3"; }
-  AMPKIT_EXPECT_THROWS_WITH(ck::verify_checkpoint(dir), ampkit::IoError, "not valid JSON");
   AMPKIT_EXPECT_THROWS_WITH(
-      ck::decode_manifest(R"({"format":"ampkit-checkpoint","version":1,"ampkit_version":"x","world_size":1,"step":0,"files":[{"name":"../etc","size":1,"crc32c":0}]})", "m"),
-      ampkit::IoError, "not a plain file name");
-  AMPKIT_EXPECT_THROWS_WITH(ck::decode_manifest(R"({"format":"ampkit-checkpoint","version":9})", "m"),
-                            ampkit::IoError, "newer than this ampkit reads");
+      ck::verify_checkpoint(dir), ampkit::IoError, "a.bin fails its checksum");
+  { std::ofstream(fs::path(dir) / "a.bin") << "ab"; }
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::verify_checkpoint(dir),
+      ampkit::IoError,
+      "a.bin has 2 bytes, the manifest says 3");
+  fs::remove(fs::path(dir) / "a.bin");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::verify_checkpoint(dir), ampkit::IoError, "a.bin is missing");
+  { std::ofstream(fs::path(dir) / "manifest.json") << "{\"format\": 3"; }
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::verify_checkpoint(dir), ampkit::IoError, "not valid JSON");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::decode_manifest(
+          R"({"format":"ampkit-checkpoint","version":1,"ampkit_version":"x","world_size":1,"step":0,"files":[{"name":"../etc","size":1,"crc32c":0}]})",
+          "m"),
+      ampkit::IoError,
+      "not a plain file name");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::decode_manifest(R"({"format":"ampkit-checkpoint","version":9})", "m"),
+      ampkit::IoError,
+      "newer than this ampkit reads");
   // Found by bench/fuzz_checkpoint.sh: numbers that do not fit were converted.
-  for (const char* step : {"1e300", "-1.5", "123456789012345678901234567890", "-1"}) {
+  for (const char* step :
+       {"1e300", "-1.5", "123456789012345678901234567890", "-1"}) {
     AMPKIT_EXPECT_THROWS_WITH(
-        ck::decode_manifest(std::string(R"({"format":"ampkit-checkpoint","version":1,"ampkit_version":"","world_size":1,"step":)") +
-                                step + R"(,"files":[]})", "m"),
-        ampkit::IoError, "\"step\" must be an integer");
+        ck::decode_manifest(
+            std::string(
+                R"({"format":"ampkit-checkpoint","version":1,"ampkit_version":"","world_size":1,"step":)") +
+                step + R"(,"files":[]})",
+            "m"),
+        ampkit::IoError,
+        "\"step\" must be an integer");
   }
 }
 
-TEST_F(CheckpointDirTest, LatestSkipsIncompleteAndCorruptAndTotalLimitPrunesTheOldest) {
+TEST_F(
+    CheckpointDirTest,
+    LatestSkipsIncompleteAndCorruptAndTotalLimitPrunesTheOldest) {
   fs::create_directories(dir_ / "checkpoints");
   make("checkpoints/checkpoint_0");
   make("checkpoints/checkpoint_1");
   make("checkpoints/checkpoint_2");
-  fs::create_directories(dir_ / "checkpoints/checkpoint_3");           // no manifest
-  fs::create_directories(dir_ / "checkpoints/checkpoint_4.partial");   // a crashed save
+  fs::create_directories(dir_ / "checkpoints/checkpoint_3");  // no manifest
+  fs::create_directories(
+      dir_ / "checkpoints/checkpoint_4.partial");  // a crashed save
   { std::ofstream(dir_ / "checkpoints/checkpoint_2/b.bin") << "damaged"; }
   const auto root = (dir_ / "checkpoints").string();
-  EXPECT_EQ(ck::latest_checkpoint(root), (dir_ / "checkpoints/checkpoint_1").string());
+  EXPECT_EQ(
+      ck::latest_checkpoint(root),
+      (dir_ / "checkpoints/checkpoint_1").string());
   ck::enforce_total_limit(root, 2);
   EXPECT_FALSE(fs::exists(dir_ / "checkpoints/checkpoint_0"));
   EXPECT_TRUE(fs::exists(dir_ / "checkpoints/checkpoint_1"));
@@ -230,16 +287,19 @@ TEST_F(CheckpointDirTest, SaveModelShardsAboveTheLimitWithAnIndexAndLoadsBack) {
   EXPECT_TRUE(fs::exists(fs::path(out) / "model.safetensors"));
   EXPECT_FALSE(fs::exists(fs::path(out) / "model.safetensors.index.json"));
   EXPECT_FALSE(fs::exists(fs::path(out) / "model-00001-of-00002.safetensors"));
-  AMPKIT_EXPECT_THROWS_WITH(ck::parse_shard_size("ten"), ampkit::InvalidArgument, "'ten'");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::parse_shard_size("ten"), ampkit::InvalidArgument, "'ten'");
   EXPECT_EQ(ck::parse_shard_size("10GB"), 10'000'000'000ull);
   EXPECT_EQ(ck::parse_shard_size("2GiB"), 2ull << 30);
 }
 
-TEST_F(CheckpointDirTest, LoadModelListsMissingUnexpectedAndMismatchedAndLoadsNothing) {
+TEST_F(
+    CheckpointDirTest,
+    LoadModelListsMissingUnexpectedAndMismatchedAndLoadsNothing) {
   TwoLayer a(64), wider(80);
   const auto out = (dir_ / "w").string();
   ck::NamedTensors state = ck::model_state(*a);
-  state.erase(state.begin());                      // fc1.weight missing
+  state.erase(state.begin());                        // fc1.weight missing
   state.emplace_back("extra.bias", torch::ones(2));  // unexpected
   fs::create_directories(out);
   ck::save_safetensors(out + "/model.safetensors", state);
@@ -251,11 +311,15 @@ TEST_F(CheckpointDirTest, LoadModelListsMissingUnexpectedAndMismatchedAndLoadsNo
     const std::string m = e.what();
     EXPECT_THAT(m, HasSubstr("missing: fc1.weight"));
     EXPECT_THAT(m, HasSubstr("unexpected: extra.bias"));
-    EXPECT_THAT(m, HasSubstr("shape mismatch: fc1.bias (checkpoint [64], model [80])"));
+    EXPECT_THAT(
+        m, HasSubstr("shape mismatch: fc1.bias (checkpoint [64], model [80])"));
     EXPECT_THAT(m, HasSubstr("nothing was loaded"));
   }
   EXPECT_TRUE(wider->fc2->weight.equal(before));
-  AMPKIT_EXPECT_THROWS_WITH(ck::load_model(*wider, (dir_ / "nothing").string()), ampkit::IoError, "no weights in");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::load_model(*wider, (dir_ / "nothing").string()),
+      ampkit::IoError,
+      "no weights in");
 }
 
 // --- save_state / load_state ------------------------------------------------
@@ -267,10 +331,13 @@ struct Run {
 
 // Runs the worker; with kill_after > 0 it is SIGKILLed that long after
 // `armed` first returns true (no `armed`: after the start).
-Run run_worker(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
-               std::chrono::milliseconds kill_after = std::chrono::milliseconds(0),
-               const std::function<bool()>& armed = nullptr) {
-  const std::string log = "/tmp/ampkit-ckpt-" + std::to_string(::getpid()) + ".log";
+Run run_worker(
+    const std::vector<std::string>& args,
+    const std::vector<std::string>& env = {},
+    std::chrono::milliseconds kill_after = std::chrono::milliseconds(0),
+    const std::function<bool()>& armed = nullptr) {
+  const std::string log =
+      "/tmp/ampkit-ckpt-" + std::to_string(::getpid()) + ".log";
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (const auto& e : env) {
@@ -289,7 +356,8 @@ Run run_worker(const std::vector<std::string>& args, const std::vector<std::stri
   }
   Run r;
   int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(120);
   std::optional<std::chrono::steady_clock::time_point> kill_at;
   if (!armed) {
     kill_at = std::chrono::steady_clock::now() + kill_after;
@@ -299,7 +367,8 @@ Run run_worker(const std::vector<std::string>& args, const std::vector<std::stri
     if (!kill_at && armed()) {
       kill_at = now + kill_after;
     }
-    if (now > deadline || (kill_after.count() > 0 && kill_at && now > *kill_at)) {
+    if (now > deadline ||
+        (kill_after.count() > 0 && kill_at && now > *kill_at)) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       break;
@@ -331,15 +400,23 @@ class ResumeTest : public ampkit::testing_util::TempDirTest {
     const auto ckpt = (dir_ / "ckpt").string();
     auto a = run_worker({"train", precision, "9", straight});
     ASSERT_EQ(a.code, 0) << a.out;
-    auto b = run_worker({"train", precision, std::to_string(save_at), part, "--save-at", std::to_string(save_at), ckpt});
+    auto b = run_worker(
+        {"train",
+         precision,
+         std::to_string(save_at),
+         part,
+         "--save-at",
+         std::to_string(save_at),
+         ckpt});
     ASSERT_EQ(b.code, 0) << b.out;
     auto c = run_worker({"train", precision, "9", resumed, "--resume", ckpt});
     ASSERT_EQ(c.code, 0) << c.out;
     const auto x = load_params(straight), y = load_params(resumed);
     ASSERT_EQ(x.size(), y.size());
     for (size_t i = 0; i < x.size(); ++i) {
-      EXPECT_TRUE(x[i].equal(y[i])) << precision << " tensor " << i << " differs by "
-                                    << (x[i] - y[i]).abs().max().item<double>();
+      EXPECT_TRUE(x[i].equal(y[i]))
+          << precision << " tensor " << i << " differs by "
+          << (x[i] - y[i]).abs().max().item<double>();
     }
   }
 };
@@ -361,8 +438,13 @@ TEST_F(ResumeTest, NewProcessResumesBitIdenticallyWithTheGradScaler) {
 }
 
 TEST_F(ResumeTest, GradScalerStateRoundTripsWithoutChangingTheScale) {
-  auto options = ampkit::AcceleratorOptions().cpu(true).quiet(true).loss_scaling(true).grad_scaler(
-      ampkit::GradScalerOptions().init_scale(1024).growth_interval(2));
+  auto options =
+      ampkit::AcceleratorOptions()
+          .cpu(true)
+          .quiet(true)
+          .loss_scaling(true)
+          .grad_scaler(
+              ampkit::GradScalerOptions().init_scale(1024).growth_interval(2));
   torch::manual_seed(0);
   torch::nn::Linear lin(3, 1);
   torch::optim::SGD sgd(lin->parameters(), 0.1);
@@ -385,13 +467,18 @@ TEST_F(ResumeTest, GradScalerStateRoundTripsWithoutChangingTheScale) {
   acc2.load_state(dir);
   EXPECT_EQ(acc2.scaler()->get_scale(), saved);
   const auto loaded_state = acc2.scaler()->state_dict();
-  EXPECT_EQ(loaded_state.at("scale").toDouble(), saved_state.at("scale").toDouble());
-  EXPECT_EQ(loaded_state.at("_growth_tracker").toInt(), saved_state.at("_growth_tracker").toInt());
+  EXPECT_EQ(
+      loaded_state.at("scale").toDouble(), saved_state.at("scale").toDouble());
+  EXPECT_EQ(
+      loaded_state.at("_growth_tracker").toInt(),
+      saved_state.at("_growth_tracker").toInt());
   EXPECT_EQ(acc2.optimizer_steps(), acc.optimizer_steps());
   EXPECT_TRUE(lin2->weight.equal(lin->weight));
 }
 
-TEST_F(ResumeTest, LoadStateRefusesAnotherWorldSizeOrOtherObjectsAndChangesNothing) {
+TEST_F(
+    ResumeTest,
+    LoadStateRefusesAnotherWorldSizeOrOtherObjectsAndChangesNothing) {
   torch::nn::Linear lin(3, 1);
   torch::optim::SGD sgd(lin->parameters(), 0.1);
   ampkit::Accelerator acc(ampkit::AcceleratorOptions().cpu(true).quiet(true));
@@ -402,7 +489,10 @@ TEST_F(ResumeTest, LoadStateRefusesAnotherWorldSizeOrOtherObjectsAndChangesNothi
   std::string m = ck::detail::read_file(dir + "/manifest.json");
   m.replace(m.find("\"world_size\": 1"), 15, "\"world_size\": 2");
   ck::detail::write_file_synced(dir + "/manifest.json", m);
-  AMPKIT_EXPECT_THROWS_WITH(acc.load_state(dir), ampkit::InvalidArgument, "saved by 2 processes, this run has 1");
+  AMPKIT_EXPECT_THROWS_WITH(
+      acc.load_state(dir),
+      ampkit::InvalidArgument,
+      "saved by 2 processes, this run has 1");
   // Another set of prepared objects.
   const auto dir2 = (dir_ / "s2").string();
   acc.save_state(dir2);
@@ -413,38 +503,64 @@ TEST_F(ResumeTest, LoadStateRefusesAnotherWorldSizeOrOtherObjectsAndChangesNothi
   torch::nn::Linear third(3, 1);
   auto m3 = acc2.prepare(third);
   const auto before = third->weight.clone();
-  AMPKIT_EXPECT_THROWS_WITH(acc2.load_state(dir2), ampkit::InvalidArgument, "holds 1 models (model*.safetensors), but this Accelerator has 2");
+  AMPKIT_EXPECT_THROWS_WITH(
+      acc2.load_state(dir2),
+      ampkit::InvalidArgument,
+      "holds 1 models (model*.safetensors), but this Accelerator has 2");
   EXPECT_TRUE(third->weight.equal(before));
   // Damaged model file: named, nothing loaded.
   ampkit::Accelerator acc3(ampkit::AcceleratorOptions().cpu(true).quiet(true));
   torch::nn::Linear fourth(3, 1);
   torch::optim::SGD sgd4(fourth->parameters(), 0.1);
   auto [m4, o4] = acc3.prepare(fourth, sgd4);
-  { std::ofstream f(dir2 + "/model.safetensors", std::ios::app); f << "x"; }
-  AMPKIT_EXPECT_THROWS_WITH(acc3.load_state(dir2), ampkit::IoError, "model.safetensors has");
-  AMPKIT_EXPECT_THROWS_WITH(acc3.load_state((dir_ / "none").string()), ampkit::IoError, "no checkpoint at");
-  AMPKIT_EXPECT_THROWS_WITH(acc3.load_state(), ampkit::IoError, "found no complete checkpoint");
-  AMPKIT_EXPECT_THROWS_WITH(acc3.save_state(), ampkit::UsageError, "automatic_checkpoint_naming");
+  {
+    std::ofstream f(dir2 + "/model.safetensors", std::ios::app);
+    f << "x";
+  }
+  AMPKIT_EXPECT_THROWS_WITH(
+      acc3.load_state(dir2), ampkit::IoError, "model.safetensors has");
+  AMPKIT_EXPECT_THROWS_WITH(
+      acc3.load_state((dir_ / "none").string()),
+      ampkit::IoError,
+      "no checkpoint at");
+  AMPKIT_EXPECT_THROWS_WITH(
+      acc3.load_state(), ampkit::IoError, "found no complete checkpoint");
+  AMPKIT_EXPECT_THROWS_WITH(
+      acc3.save_state(), ampkit::UsageError, "automatic_checkpoint_naming");
 }
 
 TEST_F(ResumeTest, SigkillInTheMiddleOfASaveKeepsThePreviousCheckpoint) {
   const auto project = (dir_ / "p").string();
   // Each save writes 7 files and the manifest; the 12th file is in the
   // second save.
-  auto crashed = run_worker({"train", "no", "6", (dir_ / "x.pt").string(), "--save-every", project},
-                            {"AMPKIT_FAULT_INJECT=kill_after_files=12"});
+  auto crashed = run_worker(
+      {"train", "no", "6", (dir_ / "x.pt").string(), "--save-every", project},
+      {"AMPKIT_FAULT_INJECT=kill_after_files=12"});
   ASSERT_EQ(crashed.code, -SIGKILL) << crashed.out;
   EXPECT_TRUE(fs::exists(project + "/checkpoints/checkpoint_1.partial"));
-  EXPECT_EQ(ck::latest_checkpoint(project + "/checkpoints"), project + "/checkpoints/checkpoint_0");
+  EXPECT_EQ(
+      ck::latest_checkpoint(project + "/checkpoints"),
+      project + "/checkpoints/checkpoint_0");
   // The same command line resumes from the last good one, and matches a
   // straight run.
-  auto straight = run_worker({"train", "no", "6", (dir_ / "straight.pt").string()});
+  auto straight =
+      run_worker({"train", "no", "6", (dir_ / "straight.pt").string()});
   ASSERT_EQ(straight.code, 0) << straight.out;
-  auto resumed = run_worker({"train", "no", "6", (dir_ / "resumed.pt").string(), "--save-every", project,
-                             "--resume", "latest"});
+  auto resumed = run_worker(
+      {"train",
+       "no",
+       "6",
+       (dir_ / "resumed.pt").string(),
+       "--save-every",
+       project,
+       "--resume",
+       "latest"});
   ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_THAT(resumed.out, HasSubstr("checkpoints/checkpoint_1\n"));  // numbering continues
-  const auto x = load_params(dir_ / "straight.pt"), y = load_params(dir_ / "resumed.pt");
+  EXPECT_THAT(
+      resumed.out,
+      HasSubstr("checkpoints/checkpoint_1\n"));  // numbering continues
+  const auto x = load_params(dir_ / "straight.pt"),
+             y = load_params(dir_ / "resumed.pt");
   for (size_t i = 0; i < x.size(); ++i) {
     EXPECT_TRUE(x[i].equal(y[i])) << i;
   }
@@ -461,7 +577,8 @@ TEST_F(ResumeTest, RealSigkillsAtRandomMomentsNeverLeaveAnUnloadableLatest) {
   const auto has_complete_checkpoint = [&] {
     // The worker renames and prunes folders meanwhile: no throwing calls.
     std::error_code ec;
-    for (fs::directory_iterator it(project + "/checkpoints", ec), end; !ec && it != end;
+    for (fs::directory_iterator it(project + "/checkpoints", ec), end;
+         !ec && it != end;
          it.increment(ec)) {
       if (it->path().extension() != ".partial" &&
           fs::exists(it->path() / "manifest.json", ec)) {
@@ -471,15 +588,30 @@ TEST_F(ResumeTest, RealSigkillsAtRandomMomentsNeverLeaveAnUnloadableLatest) {
     return false;
   };
   for (int attempt = 0; attempt < 4; ++attempt) {
-    auto r = run_worker({"train", "no", "100000", (dir_ / "x.pt").string(), "--save-every", project},
-                        {}, std::chrono::milliseconds(60 + 211 * attempt), has_complete_checkpoint);
+    auto r = run_worker(
+        {"train",
+         "no",
+         "100000",
+         (dir_ / "x.pt").string(),
+         "--save-every",
+         project},
+        {},
+        std::chrono::milliseconds(60 + 211 * attempt),
+        has_complete_checkpoint);
     ASSERT_EQ(r.code, -SIGKILL) << r.out;
     auto latest = ck::latest_checkpoint(project + "/checkpoints");
     ASSERT_TRUE(latest.has_value()) << r.out;
     EXPECT_NO_THROW(ck::verify_checkpoint(*latest));
   }
-  auto resumed = run_worker({"train", "no", "3", (dir_ / "r.pt").string(), "--resume", "latest",
-                             "--save-every", project});
+  auto resumed = run_worker(
+      {"train",
+       "no",
+       "3",
+       (dir_ / "r.pt").string(),
+       "--resume",
+       "latest",
+       "--save-every",
+       project});
   // The step counter was restored, so 3 steps are long done: it stops at once.
   EXPECT_EQ(resumed.code, 0) << resumed.out;
 }

@@ -98,11 +98,13 @@ int train(int argc, char** argv) {
   ampkit::optim::CosineWithWarmup cosine(adam, 3, 200);
   auto [model, optimizer, scheduler] = accelerator.prepare(net, adam, cosine);
   auto loader = accelerator.prepare_data_loader(
-      Points().map(torch::data::transforms::Stack<>()), torch::data::DataLoaderOptions(8));
+      Points().map(torch::data::transforms::Stack<>()),
+      torch::data::DataLoaderOptions(8));
   StepCounter counter;
   accelerator.register_for_checkpointing(counter);
   if (!resume.empty()) {
-    accelerator.load_state(resume == "latest" ? std::nullopt : std::optional<std::string>(resume));
+    accelerator.load_state(
+        resume == "latest" ? std::nullopt : std::optional<std::string>(resume));
   }
   while (counter.steps < steps) {
     for (auto& batch : loader) {
@@ -194,7 +196,8 @@ int main(int argc, char** argv) {
       return train(argc, argv);
     }
     if (mode == "write-safetensors" && argc == 3) {
-      ampkit::checkpoint::save_safetensors(argv[2], interchange_tensors(), {{"writer", "ampkit"}});
+      ampkit::checkpoint::save_safetensors(
+          argv[2], interchange_tensors(), {{"writer", "ampkit"}});
       return 0;
     }
     if (mode == "compare" && argc == 4) {
@@ -211,7 +214,8 @@ int main(int argc, char** argv) {
     if (mode == "check-safetensors" && argc == 3) {
       return check_safetensors(argv[2]);
     }
-    std::cerr << "usage: checkpoint_worker train PREC STEPS OUT [...] | write-safetensors PATH | check-safetensors PATH\n";
+    std::cerr << "usage: checkpoint_worker train PREC STEPS OUT [...] | "
+                 "write-safetensors PATH | check-safetensors PATH\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "checkpoint_worker: " << e.what() << std::endl;

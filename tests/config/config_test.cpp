@@ -1,11 +1,11 @@
 // Tests of the config file: accelerate's own files load as they are, a save
 // loads back equal, JSON, every error message, and where the file lives.
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #include "ampkit/config/config.h"
 #include "ampkit/error.h"
@@ -34,13 +34,11 @@ bool equal(const LaunchConfig& a, const LaunchConfig& b) {
          a.distributed_type == b.distributed_type &&
          a.mixed_precision == b.mixed_precision &&
          a.num_processes == b.num_processes &&
-         a.num_machines == b.num_machines &&
-         a.machine_rank == b.machine_rank &&
+         a.num_machines == b.num_machines && a.machine_rank == b.machine_rank &&
          a.main_process_ip == b.main_process_ip &&
-         a.main_process_port == b.main_process_port &&
-         a.use_cpu == b.use_cpu && a.gpu_ids == b.gpu_ids &&
-         a.debug == b.debug && a.same_network == b.same_network &&
-         a.rdzv_backend == b.rdzv_backend &&
+         a.main_process_port == b.main_process_port && a.use_cpu == b.use_cpu &&
+         a.gpu_ids == b.gpu_ids && a.debug == b.debug &&
+         a.same_network == b.same_network && a.rdzv_backend == b.rdzv_backend &&
          a.gradient_accumulation_steps == b.gradient_accumulation_steps &&
          a.log_with == b.log_with &&
          a.main_training_function == b.main_training_function &&
@@ -124,7 +122,8 @@ TEST_F(ConfigFileTest, SavedConfigLoadsBackEqualInAccelerateOrder) {
   EXPECT_THAT(text, HasSubstr("gpu_ids: '0'\n"));
   EXPECT_THAT(text, HasSubstr("mixed_precision: 'no'\n"));
   EXPECT_THAT(
-      text, HasSubstr("mpirun_config:\n  mpirun_hostfile: /home/user/hostfile\n"));
+      text,
+      HasSubstr("mpirun_config:\n  mpirun_hostfile: /home/user/hostfile\n"));
   EXPECT_THAT(text, HasSubstr("tpu_env: []\n"));
   EXPECT_LT(text.find("compute_environment"), text.find("debug"));
   EXPECT_LT(text.find("num_processes"), text.find("use_cpu"));
@@ -148,14 +147,16 @@ TEST_F(ConfigFileTest, JsonPassthroughIsSavedAsYaml) {
   const LaunchConfig config = load_config(path);
   const std::string out = (dir_ / "c.yaml").string();
   save_config(config, out);
-  EXPECT_THAT(read(out), HasSubstr("fsdp_config:\n  fsdp_offload_params: false\n"));
+  EXPECT_THAT(
+      read(out), HasSubstr("fsdp_config:\n  fsdp_offload_params: false\n"));
   EXPECT_THAT(read(out), HasSubstr("downcast_bf16: 'no'\n"));
   EXPECT_TRUE(equal(load_config(out), config));
 }
 
 TEST_F(ConfigFileTest, UnknownKeyNamesItsLineAndTheKnownKeys) {
   const std::string path = write(
-      "unknown.yaml", "distributed_type: 'NO'\nmixed_precision: bf16\nnum_procesess: 2\n");
+      "unknown.yaml",
+      "distributed_type: 'NO'\nmixed_precision: bf16\nnum_procesess: 2\n");
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(path),
       InvalidArgument,
@@ -183,20 +184,26 @@ TEST_F(ConfigFileTest, WrongTypeGivesKeyValueAndValidValues) {
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(path),
       InvalidArgument,
-      path + ":1: key 'num_processes' must be an integer, got 'two'. "
-             "Valid values: an integer from 1 up.");
+      path +
+          ":1: key 'num_processes' must be an integer, got 'two'. "
+          "Valid values: an integer from 1 up.");
   const std::string flag = write("flag.yaml", "use_cpu: maybe\n");
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(flag),
       InvalidArgument,
-      flag + ":1: key 'use_cpu' must be a boolean, got 'maybe'. Valid values: "
-             "true, false.");
+      flag +
+          ":1: key 'use_cpu' must be a boolean, got 'maybe'. Valid values: "
+          "true, false.");
   const std::string list = write("list.yaml", "machine_rank: [0, 1]\n");
   AMPKIT_EXPECT_THROWS_WITH(
-      load_config(list), InvalidArgument, "key 'machine_rank' must be a single value");
+      load_config(list),
+      InvalidArgument,
+      "key 'machine_rank' must be a single value");
   const std::string gpus = write("gpus.yaml", "gpu_ids: 0,x\n");
   AMPKIT_EXPECT_THROWS_WITH(
-      load_config(gpus), InvalidArgument, "got '0,x'. Valid values: all, or GPU");
+      load_config(gpus),
+      InvalidArgument,
+      "got '0,x'. Valid values: all, or GPU");
 }
 
 TEST_F(ConfigFileTest, BadMixedPrecisionListsThePrecisions) {
@@ -205,8 +212,9 @@ TEST_F(ConfigFileTest, BadMixedPrecisionListsThePrecisions) {
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(path),
       InvalidArgument,
-      path + ":2: key 'mixed_precision' is not a precision, got 'fp64'. "
-             "Valid values: no, fp16, bf16, auto.");
+      path +
+          ":2: key 'mixed_precision' is not a precision, got 'fp64'. "
+          "Valid values: no, fp16, bf16, auto.");
   // A bad value is found before an unknown key further up.
   const std::string both =
       write("both.yaml", "typo: 1\nmixed_precision: fp64\n");
@@ -218,8 +226,9 @@ TEST_F(ConfigFileTest, DistributedTypeOfAccelerateOnlyIsRefusedByName) {
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(fsdp),
       InvalidArgument,
-      fsdp + ":1: key 'distributed_type' is not supported by ampkit: use NO, "
-             "MULTI_CPU or MULTI_GPU, got 'FSDP'.");
+      fsdp +
+          ":1: key 'distributed_type' is not supported by ampkit: use NO, "
+          "MULTI_CPU or MULTI_GPU, got 'FSDP'.");
   const std::string typo = write("typo.yaml", "distributed_type: MULTI_GUP\n");
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(typo),
@@ -232,8 +241,9 @@ TEST_F(ConfigFileTest, NegativeNumProcessesIsOutOfRange) {
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(path),
       InvalidArgument,
-      path + ":1: key 'num_processes' is out of range, got '-1'. Valid "
-             "values: an integer from 1 up.");
+      path +
+          ":1: key 'num_processes' is out of range, got '-1'. Valid "
+          "values: an integer from 1 up.");
   const std::string port = write("port.json", "{\"main_process_port\": 70000}");
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(port), InvalidArgument, "an integer from 0 to 65535");

@@ -51,8 +51,9 @@ class DoctorRunTest : public ampkit::testing_util::TempDirTest {
   DoctorOptions quick(std::optional<std::string> config_file) const {
     DoctorOptions options;
     options.project_dir = fs::temp_directory_path().string();
-    options.more_checks.push_back(
-        [config_file] { return ampkit::config::check_config_file(config_file); });
+    options.more_checks.push_back([config_file] {
+      return ampkit::config::check_config_file(config_file);
+    });
     options.matmul_size = 256;
     options.min_seconds = 0.05;
     return options;

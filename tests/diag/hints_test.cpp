@@ -127,10 +127,8 @@ TEST(HintsTest, DtypeMismatchOutsideAutocastSaysToUseAutocast) {
   auto fn = [] {
     torch::mm(torch::ones({2, 2}), torch::ones({2, 2}, torch::kBFloat16));
   };
-  const Caught plain = expect_hint(
-      fn,
-      kMmFloatThenBf16,
-      "accelerator.autocast()");
+  const Caught plain =
+      expect_hint(fn, kMmFloatThenBf16, "accelerator.autocast()");
   EXPECT_EQ(plain.type, std::type_index(typeid(c10::Error)));
   EXPECT_THAT(capture(hinted(fn)).message, HasSubstr(".to(torch::kFloat)"));
 }

@@ -1,8 +1,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "ampkit/error.h"
 #include "ampkit/diag/memory_estimate.h"
+#include "ampkit/error.h"
 
 namespace {
 
@@ -34,23 +34,31 @@ TEST(MemoryEstimateTest, ParameterCountsTakeSuffixes) {
   EXPECT_EQ(ampkit::parse_parameter_count("1.5b"), 1500000000);
   EXPECT_EQ(ampkit::parse_parameter_count("7K"), 7000);
   for (const char* bad : {"", "M", "1.2.3M", "-5", "7X", "0", ".", ".M"}) {
-    EXPECT_THAT([bad] { ampkit::parse_parameter_count(bad); },
-        ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("--params must be a count")))
+    EXPECT_THAT(
+        [bad] { ampkit::parse_parameter_count(bad); },
+        ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+            HasSubstr("--params must be a count")))
         << bad;
   }
 }
 
 TEST(MemoryEstimateTest, BadOptimizerAndAutoAreErrors) {
-  EXPECT_THAT([] { ampkit::estimate_memory(10, "lamb", ampkit::Precision::no); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("optimizer must be adamw or sgd, got 'lamb'")));
-  EXPECT_THAT([] { ampkit::estimate_memory(10, "adamw", ampkit::Precision::automatic); },
+  EXPECT_THAT(
+      [] { ampkit::estimate_memory(10, "lamb", ampkit::Precision::no); },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("optimizer must be adamw or sgd, got 'lamb'")));
+  EXPECT_THAT(
+      [] {
+        ampkit::estimate_memory(10, "adamw", ampkit::Precision::automatic);
+      },
       ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("got auto")));
 }
 
 TEST(MemoryEstimateTest, TableHasEveryColumn) {
   const auto t = ampkit::memory_table(
-      1000000, {ampkit::estimate_memory(1000000, "adamw", ampkit::Precision::no),
-                ampkit::estimate_memory(1000000, "adamw", ampkit::Precision::bf16)});
+      1000000,
+      {ampkit::estimate_memory(1000000, "adamw", ampkit::Precision::no),
+       ampkit::estimate_memory(1000000, "adamw", ampkit::Precision::bf16)});
   EXPECT_THAT(t, HasSubstr("fp32 master weights"));
   EXPECT_THAT(t, HasSubstr("15.26 MB"));  // 16 MB of fp32 training state
   EXPECT_THAT(t, HasSubstr("19.07 MB"));  // 20 MB in bf16

@@ -46,7 +46,7 @@ int free_port() {
 }
 
 struct Result {
-  int code = -1;   // exit code, or -signal
+  int code = -1;    // exit code, or -signal
   std::string out;  // stdout and stderr
 };
 
@@ -64,7 +64,8 @@ class DistTest : public ampkit::testing_util::TempDirTest {
     const int n = world == 0 ? 1 : world;
     std::vector<pid_t> pids;
     for (int rank = 0; rank < n; ++rank) {
-      const std::string log = (dir_ / ("rank" + std::to_string(rank) + ".log")).string();
+      const std::string log =
+          (dir_ / ("rank" + std::to_string(rank) + ".log")).string();
       const pid_t pid = ::fork();
       if (pid == 0) {
         std::vector<std::string> env_vars;
@@ -116,7 +117,8 @@ class DistTest : public ampkit::testing_util::TempDirTest {
         if (!done[i] && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
           done[i] = true;
           --remaining;
-          results[i].code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+          results[i].code =
+              WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
         }
       }
       if (std::chrono::steady_clock::now() > deadline) {
@@ -151,12 +153,18 @@ class DistTest : public ampkit::testing_util::TempDirTest {
     return params;
   }
 
-  void expect_same_training(int64_t accumulation, const std::string& precision, double atol,
-                            const std::string& compression = "no") {
+  void expect_same_training(
+      int64_t accumulation,
+      const std::string& precision,
+      double atol,
+      const std::string& compression = "no") {
     const auto one = (dir_ / "one.pt").string();
     const auto two = (dir_ / "two.pt").string();
-    expect_all_ok(run(0, {"train", one, std::to_string(accumulation), precision}));
-    expect_all_ok(run(2, {"train", two, std::to_string(accumulation), precision, compression}));
+    expect_all_ok(
+        run(0, {"train", one, std::to_string(accumulation), precision}));
+    expect_all_ok(run(
+        2,
+        {"train", two, std::to_string(accumulation), precision, compression}));
     const auto a = load("one.pt");
     const auto b = load("two.pt");
     ASSERT_EQ(a.size(), b.size());
@@ -166,7 +174,6 @@ class DistTest : public ampkit::testing_util::TempDirTest {
           << (a[i] - b[i]).abs().max().item<double>();
     }
   }
-
 };
 
 TEST_F(DistTest, TwoProcessesWithHalfBatchesMatchOneProcessFp32) {
@@ -192,12 +199,15 @@ TEST_F(DistTest, Fp16GradientCompressionTrainsCloseToFullPrecision) {
 // the alternative, not in the middle of backward. (Where the backend has
 // it, the compressed run must match like fp16.)
 TEST_F(DistTest, Bf16GradientCompressionWorksOrIsRefusedUpFront) {
-  const auto results = run(2, {"train", (dir_ / "two.pt").string(), "1", "no", "bf16"});
+  const auto results =
+      run(2, {"train", (dir_ / "two.pt").string(), "1", "no", "bf16"});
   if (results[0].code == 0) {
     expect_same_training(1, "no", 2e-2, "bf16");
     return;
   }
-  EXPECT_THAT(results[0].out, HasSubstr("gradient compression to BFloat16 needs a backend"));
+  EXPECT_THAT(
+      results[0].out,
+      HasSubstr("gradient compression to BFloat16 needs a backend"));
   EXPECT_THAT(results[0].out, HasSubstr("Use fp16 compression"));
 }
 
@@ -236,7 +246,9 @@ TEST_F(DistTest, DebugModeNamesEveryRanksShapeInsteadOfHanging) {
 TEST_F(DistTest, RankThatThrowsMakesTheOthersFailNamingIt) {
   const auto start = std::chrono::steady_clock::now();
   const auto results = run(2, {"rank_fails"}, std::chrono::seconds(60));
-  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   EXPECT_EQ(results[0].code, 3) << results[0].out;
   EXPECT_THAT(results[0].out, HasSubstr("rank 1 failed"));
   EXPECT_NE(results[1].code, 0);
@@ -264,7 +276,8 @@ TEST_F(DistTest, SingleNodeRunOpensSocketsOnLoopbackOnly) {
 TEST_F(DistTest, RendezvousDirectoryIsPrivateAndRemovedAfterTheRun) {
   expect_all_ok(run(2, {"collectives"}));
   const auto perms = fs::status(dir_ / "rdzv").permissions();
-  EXPECT_EQ(perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+  EXPECT_EQ(
+      perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
   // The run cleans up after itself: no marker, store or run directory left.
   EXPECT_TRUE(fs::is_empty(dir_ / "rdzv"));
 }

@@ -29,7 +29,8 @@ struct NetImpl : torch::nn::Module {
 TORCH_MODULE(Net);
 
 // The global batch of step s: the same on every process.
-std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step, int64_t size) {
+std::pair<torch::Tensor, torch::Tensor> global_batch(
+    int64_t step, int64_t size) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
   auto x = torch::randn({size, 8}, gen);
   auto y = x.sum(1, true).sin();
@@ -41,11 +42,11 @@ int fail(const std::string& message) {
   return 1;
 }
 
-#define CHECK_OR_FAIL(cond, message)          \
-  do {                                        \
-    if (!(cond)) {                            \
-      return fail(std::string(message));      \
-    }                                         \
+#define CHECK_OR_FAIL(cond, message)     \
+  do {                                   \
+    if (!(cond)) {                       \
+      return fail(std::string(message)); \
+    }                                    \
   } while (0)
 
 ampkit::AcceleratorOptions base_options() {
@@ -55,15 +56,20 @@ ampkit::AcceleratorOptions base_options() {
 
 // 20 optimizer steps on a global batch of 16, split evenly over the
 // processes; rank 0 saves the final parameters to `out`.
-int train(const std::string& out, int64_t accumulation, const std::string& precision,
-          const std::string& compression) {
-  ampkit::Accelerator accelerator(base_options()
-                                      .mixed_precision(precision)
-                                      .gradient_accumulation_steps(accumulation)
-                                      .gradient_compression(ampkit::parse_precision(compression)));
+int train(
+    const std::string& out,
+    int64_t accumulation,
+    const std::string& precision,
+    const std::string& compression) {
+  ampkit::Accelerator accelerator(
+      base_options()
+          .mixed_precision(precision)
+          .gradient_accumulation_steps(accumulation)
+          .gradient_compression(ampkit::parse_precision(compression)));
   torch::manual_seed(accelerator.process_index() * 7 + 1);  // differ on purpose
   Net net;
-  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD sgd(
+      net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   auto [model, optimizer] = accelerator.prepare(net, sgd);
   const int64_t w = accelerator.num_processes();
   const int64_t rank = accelerator.process_index();
@@ -101,7 +107,8 @@ int train(const std::string& out, int64_t accumulation, const std::string& preci
 }
 
 // A dataset of its own indices.
-struct Indices : torch::data::datasets::Dataset<Indices, torch::data::Example<>> {
+struct Indices
+    : torch::data::datasets::Dataset<Indices, torch::data::Example<>> {
   explicit Indices(size_t n) : n(n) {}
   torch::data::Example<> get(size_t i) override {
     return {torch::tensor({static_cast<int64_t>(i)}), torch::tensor(0)};
@@ -127,8 +134,11 @@ int metrics() {
       all.push_back(accelerator.gather(batch.data));
     }
     auto k = torch::cat(kept).flatten();
-    CHECK_OR_FAIL(k.equal(torch::arange(10)), "gather_for_metrics kept duplicates or lost samples");
-    CHECK_OR_FAIL(torch::cat(all).numel() == 12, "gather should keep the padded 12");
+    CHECK_OR_FAIL(
+        k.equal(torch::arange(10)),
+        "gather_for_metrics kept duplicates or lost samples");
+    CHECK_OR_FAIL(
+        torch::cat(all).numel() == 12, "gather should keep the padded 12");
   }
   accelerator.print("metrics ok");
   return 0;
@@ -137,7 +147,8 @@ int metrics() {
 // With accumulation, micro-steps keep local gradients (no all-reduce);
 // the synchronising step averages them.
 int micro_steps() {
-  ampkit::Accelerator accelerator(base_options().gradient_accumulation_steps(2));
+  ampkit::Accelerator accelerator(
+      base_options().gradient_accumulation_steps(2));
   Net net;
   torch::optim::SGD sgd(net->parameters(), 0.01);
   auto [model, optimizer] = accelerator.prepare(net, sgd);
@@ -150,11 +161,13 @@ int micro_steps() {
     accelerator.backward(torch::mse_loss(model(x), y));
     auto g = accelerator.gather(net->fc1->weight.grad().unsqueeze(0));
     if (micro == 0) {
-      CHECK_OR_FAIL(!accelerator.sync_gradients() && !g[0].equal(g[1]),
-                    "a micro-step all-reduced the gradients");
+      CHECK_OR_FAIL(
+          !accelerator.sync_gradients() && !g[0].equal(g[1]),
+          "a micro-step all-reduced the gradients");
     } else {
-      CHECK_OR_FAIL(accelerator.sync_gradients() && g[0].equal(g[1]),
-                    "the synchronising step did not average the gradients");
+      CHECK_OR_FAIL(
+          accelerator.sync_gradients() && g[0].equal(g[1]),
+          "the synchronising step did not average the gradients");
     }
   }
   return 0;
@@ -183,9 +196,10 @@ int unused_parameters(bool allow) {
     const std::string m = e.what();
     std::cout << m << std::endl;
     CHECK_OR_FAIL(!allow, "find_unused_parameters(true) still failed: " + m);
-    CHECK_OR_FAIL(m.find("unused.weight, unused.bias") != std::string::npos &&
-                      m.find("find_unused_parameters(true)") != std::string::npos,
-                  "the error does not name the unused parameters: " + m);
+    CHECK_OR_FAIL(
+        m.find("unused.weight, unused.bias") != std::string::npos &&
+            m.find("find_unused_parameters(true)") != std::string::npos,
+        "the error does not name the unused parameters: " + m);
     return 0;
   }
   CHECK_OR_FAIL(allow, "a parameter without gradient went unreported");
@@ -203,17 +217,34 @@ int collectives() {
   // gather: dim 0 concatenation, 0-dim becomes [w].
   auto g = accelerator.gather(torch::full({2, 3}, static_cast<float>(r)));
   CHECK_OR_FAIL(g.sizes() == torch::IntArrayRef({4, 3}), "gather shape");
-  CHECK_OR_FAIL(g[0][0].item<float>() == 0 && g[3][2].item<float>() == 1, "gather values");
+  CHECK_OR_FAIL(
+      g[0][0].item<float>() == 0 && g[3][2].item<float>() == 1,
+      "gather values");
   auto g0 = accelerator.gather(torch::tensor(static_cast<float>(r + 1)));
-  CHECK_OR_FAIL(g0.sizes() == torch::IntArrayRef({2}) && g0[1].item<float>() == 2, "gather 0-dim");
+  CHECK_OR_FAIL(
+      g0.sizes() == torch::IntArrayRef({2}) && g0[1].item<float>() == 2,
+      "gather 0-dim");
   // reduce: sum, mean (integers averaged in float), max.
   auto v = torch::tensor({static_cast<float>(r + 1), 10.0f * (r + 1)});
-  CHECK_OR_FAIL(accelerator.reduce(v, ampkit::Reduction::sum).equal(torch::tensor({3.0f, 30.0f})), "reduce sum");
-  CHECK_OR_FAIL(accelerator.reduce(v, ampkit::Reduction::mean).equal(torch::tensor({1.5f, 15.0f})), "reduce mean");
-  CHECK_OR_FAIL(accelerator.reduce(v, ampkit::Reduction::max).equal(torch::tensor({2.0f, 20.0f})), "reduce max");
+  CHECK_OR_FAIL(
+      accelerator.reduce(v, ampkit::Reduction::sum)
+          .equal(torch::tensor({3.0f, 30.0f})),
+      "reduce sum");
+  CHECK_OR_FAIL(
+      accelerator.reduce(v, ampkit::Reduction::mean)
+          .equal(torch::tensor({1.5f, 15.0f})),
+      "reduce mean");
+  CHECK_OR_FAIL(
+      accelerator.reduce(v, ampkit::Reduction::max)
+          .equal(torch::tensor({2.0f, 20.0f})),
+      "reduce max");
   auto mi = accelerator.reduce(torch::tensor({r + 2}), ampkit::Reduction::mean);
-  CHECK_OR_FAIL(mi.is_floating_point() && mi.item<float>() == 2.5f, "reduce mean of integers");
-  CHECK_OR_FAIL(v.equal(torch::tensor({static_cast<float>(r + 1), 10.0f * (r + 1)})), "reduce changed its input");
+  CHECK_OR_FAIL(
+      mi.is_floating_point() && mi.item<float>() == 2.5f,
+      "reduce mean of integers");
+  CHECK_OR_FAIL(
+      v.equal(torch::tensor({static_cast<float>(r + 1), 10.0f * (r + 1)})),
+      "reduce changed its input");
   // broadcast from process 1.
   auto b = accelerator.broadcast(torch::full({3}, static_cast<float>(r)), 1);
   CHECK_OR_FAIL(b.equal(torch::ones({3})), "broadcast");
@@ -222,29 +253,39 @@ int collectives() {
   auto padded = accelerator.pad_across_processes(uneven, 0, -1);
   CHECK_OR_FAIL(padded.size(0) == 3, "pad_across_processes size");
   if (r == 0) {
-    CHECK_OR_FAIL(padded[2][0].item<float>() == -1 && padded[0][0].item<float>() == 1, "pad at the end");
+    CHECK_OR_FAIL(
+        padded[2][0].item<float>() == -1 && padded[0][0].item<float>() == 1,
+        "pad at the end");
     auto first = accelerator.pad_across_processes(uneven, 0, -1, true);
-    CHECK_OR_FAIL(first[0][0].item<float>() == -1 && first[1][0].item<float>() == 1, "pad_first");
+    CHECK_OR_FAIL(
+        first[0][0].item<float>() == -1 && first[1][0].item<float>() == 1,
+        "pad_first");
   } else {
     accelerator.pad_across_processes(uneven, 0, -1, true);
   }
-  CHECK_OR_FAIL(accelerator.gather(padded).size(0) == 6, "gather after padding");
+  CHECK_OR_FAIL(
+      accelerator.gather(padded).size(0) == 6, "gather after padding");
   // split_between_processes: 5 items -> [0,1,2] and [3,4].
   std::vector<int> items{0, 1, 2, 3, 4};
   auto share = accelerator.split_between_processes(items);
-  CHECK_OR_FAIL(share == (r == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 4}), "split_between_processes");
+  CHECK_OR_FAIL(
+      share == (r == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{3, 4}),
+      "split_between_processes");
   auto padded_share = accelerator.split_between_processes(items, true);
   CHECK_OR_FAIL(padded_share.size() == 3, "split_between_processes padding");
   // main_process_first: the main process's scope finishes before the
   // others' start.
-  const std::string marker = std::string(std::getenv("AMPKIT_TEST_DIR")) + "/main_first";
+  const std::string marker =
+      std::string(std::getenv("AMPKIT_TEST_DIR")) + "/main_first";
   {
     auto scope = accelerator.main_process_first();
     if (r == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       std::ofstream(marker) << "done";
     } else {
-      CHECK_OR_FAIL(std::ifstream(marker).good(), "main_process_first: rank 1 ran before rank 0 finished");
+      CHECK_OR_FAIL(
+          std::ifstream(marker).good(),
+          "main_process_first: rank 1 ran before rank 0 finished");
     }
   }
   // Triggers: rank 1 sets it; both see it once.
@@ -252,7 +293,8 @@ int collectives() {
   if (r == 1) {
     accelerator.set_trigger();
   }
-  CHECK_OR_FAIL(accelerator.check_trigger(), "check_trigger missed rank 1's trigger");
+  CHECK_OR_FAIL(
+      accelerator.check_trigger(), "check_trigger missed rank 1's trigger");
   CHECK_OR_FAIL(!accelerator.check_trigger(), "check_trigger did not reset");
   accelerator.wait_for_everyone();
   accelerator.print("collectives ok");
@@ -267,9 +309,10 @@ int debug_mismatch() {
   } catch (const ampkit::DistributedError& e) {
     const std::string m = e.what();
     std::cout << m << std::endl;
-    CHECK_OR_FAIL(m.find("rank 0: [1, 3] Float") != std::string::npos &&
-                      m.find("rank 1: [2, 3] Float") != std::string::npos,
-                  "the debug-mode error does not list both shapes: " + m);
+    CHECK_OR_FAIL(
+        m.find("rank 0: [1, 3] Float") != std::string::npos &&
+            m.find("rank 1: [2, 3] Float") != std::string::npos,
+        "the debug-mode error does not list both shapes: " + m);
     return 0;
   }
   return fail("debug mode let mismatched shapes through");
@@ -278,7 +321,8 @@ int debug_mismatch() {
 // Rank 1 throws out of main after two steps; rank 0 keeps training and must
 // get an error naming rank 1 well within the timeout.
 int rank_fails() {
-  ampkit::Accelerator accelerator(base_options().timeout(std::chrono::seconds(15)));
+  ampkit::Accelerator accelerator(
+      base_options().timeout(std::chrono::seconds(15)));
   Net net;
   torch::optim::SGD sgd(net->parameters(), 0.01);
   auto [model, optimizer] = accelerator.prepare(net, sgd);
@@ -292,9 +336,10 @@ int rank_fails() {
     } catch (const ampkit::DistributedError& e) {
       const std::string m = e.what();
       std::cout << m << std::endl;
-      CHECK_OR_FAIL(m.find("rank 1 failed") != std::string::npos &&
-                        m.find("injected failure on rank 1") != std::string::npos,
-                    "the error does not name rank 1's failure: " + m);
+      CHECK_OR_FAIL(
+          m.find("rank 1 failed") != std::string::npos &&
+              m.find("injected failure on rank 1") != std::string::npos,
+          "the error does not name rank 1's failure: " + m);
       return 3;
     }
     optimizer.step();
@@ -306,8 +351,10 @@ int rank_fails() {
 // Rank 1 stays away from the collective; rank 0's gather must fail once
 // the 4 s timeout has passed (it reaches Gloo), saying nobody reported.
 int rank_hangs() {
-  ampkit::Accelerator accelerator(base_options().timeout(std::chrono::seconds(4)));
-  const std::string done = std::string(std::getenv("AMPKIT_TEST_DIR")) + "/rank0_done";
+  ampkit::Accelerator accelerator(
+      base_options().timeout(std::chrono::seconds(4)));
+  const std::string done =
+      std::string(std::getenv("AMPKIT_TEST_DIR")) + "/rank0_done";
   if (accelerator.process_index() == 1) {
     for (int i = 0; i < 300 && !std::ifstream(done).good(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -318,12 +365,18 @@ int rank_hangs() {
   try {
     accelerator.gather(torch::ones({2}));
   } catch (const ampkit::DistributedError& e) {
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     std::ofstream(done) << "done";
     const std::string m = e.what();
     std::cout << m << "\nwaited " << waited << " s" << std::endl;
-    CHECK_OR_FAIL(waited >= 3.5 && waited < 15, "the timeout did not hold: " + std::to_string(waited) + " s");
-    CHECK_OR_FAIL(m.find("No other rank reported an error") != std::string::npos, "unexpected message: " + m);
+    CHECK_OR_FAIL(
+        waited >= 3.5 && waited < 15,
+        "the timeout did not hold: " + std::to_string(waited) + " s");
+    CHECK_OR_FAIL(
+        m.find("No other rank reported an error") != std::string::npos,
+        "unexpected message: " + m);
     return 3;
   }
   std::ofstream(done) << "done";
@@ -339,7 +392,8 @@ int listen_loopback() {
   auto [model, optimizer] = accelerator.prepare(net, sgd);
   auto [x, y] = global_batch(0, 8);
   accelerator.backward(torch::mse_loss(model(x), y));
-  auto pids = accelerator.gather(torch::tensor({static_cast<int64_t>(::getpid())}));
+  auto pids =
+      accelerator.gather(torch::tensor({static_cast<int64_t>(::getpid())}));
   int status = 0;
   if (accelerator.is_main_process()) {
     FILE* ss = ::popen("ss -tanpH 2>&1", "r");
@@ -350,7 +404,9 @@ int listen_loopback() {
       const std::string l = line;
       bool mine = false;
       for (int64_t i = 0; i < pids.numel(); ++i) {
-        mine = mine || l.find("pid=" + std::to_string(pids[i].item<int64_t>()) + ",") != std::string::npos;
+        mine = mine ||
+               l.find("pid=" + std::to_string(pids[i].item<int64_t>()) + ",") !=
+                   std::string::npos;
       }
       if (!mine) {
         continue;
@@ -381,7 +437,8 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   try {
     if (scenario == "train" && (argc == 5 || argc == 6)) {
-      return train(argv[2], std::stoll(argv[3]), argv[4], argc == 6 ? argv[5] : "no");
+      return train(
+          argv[2], std::stoll(argv[3]), argv[4], argc == 6 ? argv[5] : "no");
     }
     if (scenario == "metrics") {
       return metrics();
@@ -413,8 +470,9 @@ int main(int argc, char** argv) {
   if (scenario == "rank_fails") {
     return rank_fails();  // rank 1's exception leaves main on purpose
   }
-  std::cerr << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
-               "metrics | micro_steps | unused | unused_allowed | rank_hangs | "
-               "collectives | debug_mismatch | rank_fails | listen\n";
+  std::cerr
+      << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
+         "metrics | micro_steps | unused | unused_allowed | rank_hangs | "
+         "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;
 }

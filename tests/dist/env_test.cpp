@@ -32,9 +32,14 @@ TEST(DistEnvTest, NoLauncherIsOneProcess) {
 }
 
 TEST(DistEnvTest, TorchrunVariables) {
-  const auto e = detect_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-      {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"},
-      {"TORCHELASTIC_RUN_ID", "job7"}}));
+  const auto e = detect_env(env_of(
+      {{"RANK", "3"},
+       {"WORLD_SIZE", "4"},
+       {"LOCAL_RANK", "1"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "10.0.0.1"},
+       {"MASTER_PORT", "29500"},
+       {"TORCHELASTIC_RUN_ID", "job7"}}));
   EXPECT_EQ(e.launcher, Launcher::torchrun);
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);
@@ -47,17 +52,32 @@ TEST(DistEnvTest, TorchrunVariables) {
 }
 
 TEST(DistEnvTest, LoopbackOrAllProcessesLocalIsSingleNode) {
-  EXPECT_TRUE(detect_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", "1234"}})).single_node());
-  const auto e = detect_env(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"},
-      {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}}));
+  EXPECT_TRUE(detect_env(env_of(
+                             {{"RANK", "1"},
+                              {"WORLD_SIZE", "2"},
+                              {"MASTER_ADDR", "127.0.0.1"},
+                              {"MASTER_PORT", "1234"}}))
+                  .single_node());
+  const auto e = detect_env(env_of(
+      {{"RANK", "1"},
+       {"WORLD_SIZE", "2"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"LOCAL_RANK", "1"},
+       {"MASTER_ADDR", "node1"},
+       {"MASTER_PORT", "1234"}}));
   EXPECT_TRUE(e.single_node());
 }
 
 TEST(DistEnvTest, SlurmVariables) {
-  const auto e = detect_env(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"},
-      {"SLURM_LOCALID", "1"}, {"SLURM_NNODES", "2"}, {"SLURM_JOB_ID", "99"}, {"SLURM_STEP_ID", "0"},
-      {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29400"}}));
+  const auto e = detect_env(env_of(
+      {{"SLURM_PROCID", "5"},
+       {"SLURM_NTASKS", "8"},
+       {"SLURM_LOCALID", "1"},
+       {"SLURM_NNODES", "2"},
+       {"SLURM_JOB_ID", "99"},
+       {"SLURM_STEP_ID", "0"},
+       {"MASTER_ADDR", "n1"},
+       {"MASTER_PORT", "29400"}}));
   EXPECT_EQ(e.launcher, Launcher::slurm);
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 8);
@@ -66,30 +86,72 @@ TEST(DistEnvTest, SlurmVariables) {
 }
 
 TEST(DistEnvTest, OpenMpiVariables) {
-  const auto e = detect_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}}));
+  const auto e = detect_env(env_of(
+      {{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"MASTER_ADDR", "127.0.0.1"},
+       {"MASTER_PORT", "29400"}}));
   EXPECT_EQ(e.launcher, Launcher::openmpi);
   EXPECT_EQ(e.rank, 1);
   EXPECT_TRUE(e.single_node());
 }
 
 TEST(DistEnvTest, MissingOrInconsistentVariablesAreNamedWithHowToLaunch) {
-  EXPECT_THAT([] { detect_env(env_of({{"RANK", "0"}})); },
+  EXPECT_THAT(
+      [] {
+        detect_env(env_of({{"RANK", "0"}}));
+      },
       ::testing::ThrowsMessage<ampkit::InvalidArgument>(AllOf(
-          HasSubstr("WORLD_SIZE is not set"), HasSubstr("ampkit launch"), HasSubstr("torchrun"))));
-  EXPECT_THAT([] { detect_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}})); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("RANK must be in [0, WORLD_SIZE=2), got 2")));
-  EXPECT_THAT([] { detect_env(env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}})); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("RANK must be an integer, got 'x'")));
-  EXPECT_THAT([] { detect_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}})); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("MASTER_ADDR is not set")));
-  EXPECT_THAT([] { detect_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}})); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("MASTER_PORT must be in [1, 65535], got 70000")));
-  EXPECT_THAT([] { detect_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("SLURM_LOCALID is not set")));
-  EXPECT_THAT([] { detect_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5"}})); },
-      ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("LOCAL_RANK is not set in a run over several machines")));
+          HasSubstr("WORLD_SIZE is not set"),
+          HasSubstr("ampkit launch"),
+          HasSubstr("torchrun"))));
+  EXPECT_THAT(
+      [] {
+        detect_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}}));
+      },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("RANK must be in [0, WORLD_SIZE=2), got 2")));
+  EXPECT_THAT(
+      [] {
+        detect_env(env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}));
+      },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("RANK must be an integer, got 'x'")));
+  EXPECT_THAT(
+      [] {
+        detect_env(
+            env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}));
+      },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("MASTER_ADDR is not set")));
+  EXPECT_THAT(
+      [] {
+        detect_env(env_of(
+            {{"RANK", "0"},
+             {"WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "h"},
+             {"MASTER_PORT", "70000"}}));
+      },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("MASTER_PORT must be in [1, 65535], got 70000")));
+  EXPECT_THAT(
+      [] {
+        detect_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}));
+      },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("SLURM_LOCALID is not set")));
+  EXPECT_THAT(
+      [] {
+        detect_env(env_of(
+            {{"RANK", "0"},
+             {"WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "10.1.1.1"},
+             {"MASTER_PORT", "5"}}));
+      },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("LOCAL_RANK is not set in a run over several machines")));
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
+  const fs::path dir =
+      fs::temp_directory_path() /
       ("ampkit_track_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   return dir;
@@ -212,9 +213,9 @@ TEST(AcceleratorTrackingTest, AutoLogWritesTheTrainingMetricsEachStep) {
                               .gradient_accumulation_steps(2));
   auto net = tiny_model();
   torch::optim::SGD sgd(net->parameters(), 0.01);
-  auto dataset = torch::data::datasets::TensorDataset(torch::randn({16, 4}))
-                     .map(torch::data::transforms::Stack<
-                          torch::data::TensorExample>());
+  auto dataset =
+      torch::data::datasets::TensorDataset(torch::randn({16, 4}))
+          .map(torch::data::transforms::Stack<torch::data::TensorExample>());
   auto [model, optimizer, loader] = accelerator.prepare(
       net,
       sgd,

@@ -64,8 +64,9 @@ TEST(MemoryTest, RecognisesOutOfMemoryErrorsAndNothingElse) {
       std::string(cpu.what()),
       ::testing::HasSubstr("DefaultCPUAllocator: can't allocate memory"));
   EXPECT_TRUE(is_out_of_memory(cpu));
-  EXPECT_TRUE(is_out_of_memory(plain_error(
-      "DefaultCPUAllocator: not enough memory: you tried to allocate 8 bytes.")));
+  EXPECT_TRUE(
+      is_out_of_memory(plain_error("DefaultCPUAllocator: not enough memory: "
+                                   "you tried to allocate 8 bytes.")));
   EXPECT_FALSE(is_out_of_memory(plain_error("shape mismatch")));
   EXPECT_FALSE(is_out_of_memory(std::bad_alloc()));
   EXPECT_FALSE(is_out_of_memory(std::runtime_error(

@@ -11,8 +11,17 @@ TEST(StringsTest, ParseIntTakesWholeStringsOnlyWithinTheRange) {
   EXPECT_EQ(parse_int("42"), 42);
   EXPECT_EQ(parse_int("-7"), -7);
   EXPECT_EQ(parse_int("9223372036854775807"), INT64_MAX);
-  for (const char* bad : {"", "-", "+3", " 3", "3 ", "12abc", "1e3", "0x10",
-                          "9223372036854775808", "3.0"}) {
+  for (const char* bad :
+       {"",
+        "-",
+        "+3",
+        " 3",
+        "3 ",
+        "12abc",
+        "1e3",
+        "0x10",
+        "9223372036854775808",
+        "3.0"}) {
     EXPECT_FALSE(parse_int(bad).has_value()) << bad;
   }
   EXPECT_EQ(parse_int("5", 1, 5), 5);

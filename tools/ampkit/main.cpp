@@ -4,8 +4,8 @@
 // `ampkit launch` runs a distributed program; `ampkit test` checks that
 // distributed training works here; `ampkit estimate-memory` sizes a model.
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 #include <sys/utsname.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -24,10 +24,10 @@
 #include "ampkit/config/config_check.h"
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
+#include "ampkit/diag/memory_estimate.h"
 #include "ampkit/dist/launcher.h"
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
-#include "ampkit/diag/memory_estimate.h"
 #include "ampkit/version.h"
 
 namespace {
@@ -131,8 +131,7 @@ int run_config_default(const ConfigArgs& args) {
 // `ampkit config update`: an older file rewritten with the current keys.
 int run_config_update(const ConfigArgs& args) {
   const std::string path = args.path();
-  const ampkit::config::LaunchConfig config =
-      ampkit::config::load_config(path);
+  const ampkit::config::LaunchConfig config = ampkit::config::load_config(path);
   ampkit::config::save_config(config, path);
   std::cout << "ampkit configuration updated at " << path << '\n';
   return 0;
@@ -207,7 +206,8 @@ int run_env(const ConfigArgs& args) {
   }
   const ampkit::diag::BlasInUse blas = ampkit::diag::blas_in_use();
   out << "BLAS: "
-      << (blas.kind.empty() ? "not identified" : blas.kind + " (" + blas.path + ")")
+      << (blas.kind.empty() ? "not identified"
+                            : blas.kind + " (" + blas.path + ")")
       << '\n';
   if (blas.kind == "reference BLAS") {
     out << "  warning: the unoptimised reference BLAS (12x slower fp32 "
@@ -340,16 +340,21 @@ int main(int argc, char** argv) {
       "fp32: adamw 8, sgd 4.");
   estimate
       ->add_option(
-          flags("params"), estimate_params,
+          flags("params"),
+          estimate_params,
           "the parameter count, with an optional K, M or B suffix (7B)")
       ->required();
   estimate
-      ->add_option(flags("optimizer"), estimate_optimizer,
-                   "adamw or sgd (with momentum); default adamw")
+      ->add_option(
+          flags("optimizer"),
+          estimate_optimizer,
+          "adamw or sgd (with momentum); default adamw")
       ->check(CLI::IsMember({"adamw", "sgd"}));
   estimate
-      ->add_option(flags("mixed-precision"), estimate_precision,
-                   "no, fp16 or bf16 (default: all three)")
+      ->add_option(
+          flags("mixed-precision"),
+          estimate_precision,
+          "no, fp16 or bf16 (default: all three)")
       ->check(CLI::IsMember({"no", "fp16", "bf16"}));
 
   ampkit::dist::LaunchOptions launch_options;
@@ -364,24 +369,61 @@ int main(int argc, char** argv) {
       "flags, else the config file, else the defaults (listed in a warning).");
   launch->prefix_command();
   std::map<std::string, CLI::Option*> given;
-  given["config_file"] = launch->add_option(flags("config-file"), launch_config_file, config_file_help);
-  given["num_processes"] = launch->add_option(flags("num-processes"), launch_options.num_processes, "processes over all machines");
-  given["num_machines"] = launch->add_option(flags("num-machines"), launch_options.num_machines, "machines");
-  given["machine_rank"] = launch->add_option(flags("machine-rank"), launch_options.machine_rank, "this machine's index");
-  given["main_process_ip"] = launch->add_option(flags("main-process-ip"), launch_options.main_process_ip, "the address of machine 0");
-  given["main_process_port"] = launch->add_option(flags("main-process-port"), launch_options.main_process_port, "its port; 0 picks a free one (one machine)");
-  given["mixed_precision"] = launch->add_option(flags("mixed-precision"), launch_precision, "no, fp16, bf16 or auto")
-      ->check(CLI::IsMember({"no", "fp16", "bf16", "auto"}));
-  given["use_cpu"] = launch->add_flag(flags("cpu"), launch_options.cpu, "train on the CPU");
-  given["multi_gpu"] = launch->add_flag(flags("multi-gpu"), "one process per GPU (accelerate's flag; the processes come from --num_processes)");
-  given["gpu_ids"] = launch->add_option(flags("gpu-ids"), "GPUs to use (sets CUDA_VISIBLE_DEVICES)");
-  given["gradient_accumulation_steps"] = launch->add_option(flags("gradient-accumulation-steps"), launch_options.gradient_accumulation_steps, "micro-batches per step");
-  given["debug"] = launch->add_flag(flags("debug"), launch_options.debug, "shape checks before collectives");
-  launch->add_flag(flags("tee"), launch_options.tee, "with --log_dir, print the lines too");
-  launch->add_option(flags("log-dir"), launch_options.log_dir, "one rank_<r>.log per worker");
-  launch->add_option(flags("max-restarts"), launch_options.max_restarts, "restarts of the group after a failure");
-  launch->add_option(flags("monitor-interval"), monitor_interval, "seconds between checks of the workers");
-  launch->add_flag("-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
+  given["config_file"] = launch->add_option(
+      flags("config-file"), launch_config_file, config_file_help);
+  given["num_processes"] = launch->add_option(
+      flags("num-processes"),
+      launch_options.num_processes,
+      "processes over all machines");
+  given["num_machines"] = launch->add_option(
+      flags("num-machines"), launch_options.num_machines, "machines");
+  given["machine_rank"] = launch->add_option(
+      flags("machine-rank"),
+      launch_options.machine_rank,
+      "this machine's index");
+  given["main_process_ip"] = launch->add_option(
+      flags("main-process-ip"),
+      launch_options.main_process_ip,
+      "the address of machine 0");
+  given["main_process_port"] = launch->add_option(
+      flags("main-process-port"),
+      launch_options.main_process_port,
+      "its port; 0 picks a free one (one machine)");
+  given["mixed_precision"] =
+      launch
+          ->add_option(
+              flags("mixed-precision"),
+              launch_precision,
+              "no, fp16, bf16 or auto")
+          ->check(CLI::IsMember({"no", "fp16", "bf16", "auto"}));
+  given["use_cpu"] =
+      launch->add_flag(flags("cpu"), launch_options.cpu, "train on the CPU");
+  given["multi_gpu"] = launch->add_flag(
+      flags("multi-gpu"),
+      "one process per GPU (accelerate's flag; the processes come from "
+      "--num_processes)");
+  given["gpu_ids"] = launch->add_option(
+      flags("gpu-ids"), "GPUs to use (sets CUDA_VISIBLE_DEVICES)");
+  given["gradient_accumulation_steps"] = launch->add_option(
+      flags("gradient-accumulation-steps"),
+      launch_options.gradient_accumulation_steps,
+      "micro-batches per step");
+  given["debug"] = launch->add_flag(
+      flags("debug"), launch_options.debug, "shape checks before collectives");
+  launch->add_flag(
+      flags("tee"), launch_options.tee, "with --log_dir, print the lines too");
+  launch->add_option(
+      flags("log-dir"), launch_options.log_dir, "one rank_<r>.log per worker");
+  launch->add_option(
+      flags("max-restarts"),
+      launch_options.max_restarts,
+      "restarts of the group after a failure");
+  launch->add_option(
+      flags("monitor-interval"),
+      monitor_interval,
+      "seconds between checks of the workers");
+  launch->add_flag(
+      "-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
 
   ampkit::SelfTestOptions test_options;
   std::string test_config_file;
@@ -392,7 +434,8 @@ int main(int argc, char** argv) {
       "reaches, in every precision this CPU supports. Ends with an ok line, "
       "or FAILED and the workers' output.");
   CLI::Option* test_processes = test->add_option(
-      flags("num-processes"), test_options.num_processes,
+      flags("num-processes"),
+      test_options.num_processes,
       "processes of the distributed run (default: the config's "
       "num_processes when above 1, else 2)");
   test->add_option(flags("config-file"), test_config_file, config_file_help);
@@ -409,7 +452,10 @@ int main(int argc, char** argv) {
   if (test_worker->parsed()) {
     try {
       return ampkit::run_self_test_worker(
-          ampkit::parse_precision(worker_precision), worker_dir, worker_batch, std::cerr);
+          ampkit::parse_precision(worker_precision),
+          worker_dir,
+          worker_batch,
+          std::cerr);
     } catch (const std::exception& e) {
       print_error("test", e);
       return 1;
@@ -418,7 +464,8 @@ int main(int argc, char** argv) {
   if (test->parsed()) {
     try {
       const std::string path = test_config_file.empty()
-          ? ampkit::config::default_config_path() : test_config_file;
+                                   ? ampkit::config::default_config_path()
+                                   : test_config_file;
       if (test_processes->count() == 0 &&
           (!test_config_file.empty() || std::filesystem::exists(path))) {
         const auto c = ampkit::config::load_config(path);
@@ -427,7 +474,8 @@ int main(int argc, char** argv) {
         }
       }
       test_options.worker_command = {
-          std::filesystem::read_symlink("/proc/self/exe").string(), "self-test-worker"};
+          std::filesystem::read_symlink("/proc/self/exe").string(),
+          "self-test-worker"};
       return ampkit::run_self_test(test_options, std::cout, std::cerr);
     } catch (const std::exception& e) {
       print_error("test", e);
@@ -444,7 +492,8 @@ int main(int argc, char** argv) {
       }
       // Precedence: flag > config file > default.
       const std::string path = launch_config_file.empty()
-          ? ampkit::config::default_config_path() : launch_config_file;
+                                   ? ampkit::config::default_config_path()
+                                   : launch_config_file;
       std::vector<std::string> defaults;
       if (std::filesystem::exists(path)) {
         const auto c = ampkit::config::load_config(path);
@@ -457,16 +506,30 @@ int main(int argc, char** argv) {
         from("num_machines", launch_options.num_machines, c.num_machines);
         from("machine_rank", launch_options.machine_rank, c.machine_rank);
         if (!c.main_process_ip.empty()) {
-          from("main_process_ip", launch_options.main_process_ip, c.main_process_ip);
+          from(
+              "main_process_ip",
+              launch_options.main_process_ip,
+              c.main_process_ip);
         }
-        from("main_process_port", launch_options.main_process_port, static_cast<int>(c.main_process_port));
-        from("mixed_precision", launch_precision, ampkit::to_string(c.mixed_precision));
+        from(
+            "main_process_port",
+            launch_options.main_process_port,
+            static_cast<int>(c.main_process_port));
+        from(
+            "mixed_precision",
+            launch_precision,
+            ampkit::to_string(c.mixed_precision));
         from("use_cpu", launch_options.cpu, c.use_cpu);
-        from("gradient_accumulation_steps", launch_options.gradient_accumulation_steps, c.gradient_accumulation_steps);
+        from(
+            "gradient_accumulation_steps",
+            launch_options.gradient_accumulation_steps,
+            c.gradient_accumulation_steps);
         from("debug", launch_options.debug, c.debug);
       } else {
         const std::pair<const char*, const char*> keys[] = {
-            {"num_processes", "1"}, {"num_machines", "1"}, {"mixed_precision", "no"}};
+            {"num_processes", "1"},
+            {"num_machines", "1"},
+            {"mixed_precision", "no"}};
         for (const auto& [key, value] : keys) {
           if (given[key]->count() == 0) {
             defaults.push_back(std::string(key) + "=" + value);
@@ -533,9 +596,10 @@ int main(int argc, char** argv) {
   }
   if (doctor->parsed()) {
     {
-      const std::optional<std::string> file = doctor_config_file.empty()
-          ? std::nullopt
-          : std::optional<std::string>(doctor_config_file);
+      const std::optional<std::string> file =
+          doctor_config_file.empty()
+              ? std::nullopt
+              : std::optional<std::string>(doctor_config_file);
       doctor_options.more_checks.push_back(
           [file] { return ampkit::config::check_config_file(file); });
     }

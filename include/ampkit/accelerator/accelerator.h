@@ -2,8 +2,8 @@
 // mixed-precision, gradient-accumulating one, as Hugging Face accelerate does.
 #pragma once
 
-#include <torch/nn/module.h>
 #include <torch/data/dataloader.h>
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
@@ -154,8 +154,7 @@ class Accelerator {
   /// Clamps every gradient to [-clip_value, clip_value] after unscaling;
   /// nothing on a micro-step.
   void clip_grad_value_(
-      const std::vector<torch::Tensor>& parameters,
-      double clip_value);
+      const std::vector<torch::Tensor>& parameters, double clip_value);
   /// Unscales the prepared optimizers' gradients now (once per step); a
   /// no-op without loss scaling.
   void unscale_gradients();
@@ -173,8 +172,7 @@ class Accelerator {
   /// options plus `config`. Only the main process writes. Throws
   /// ampkit::UsageError when log_with names no tracker.
   void init_trackers(
-      const std::string& project_name,
-      const track::RunConfig& config = {});
+      const std::string& project_name, const track::RunConfig& config = {});
   /// Records metrics at `step` (default: optimizer_steps()) in every tracker.
   void log(
       const track::Metrics& metrics,
@@ -240,15 +238,15 @@ class Accelerator {
   /// Combines `tensor` across processes (sum, mean or max); integer
   /// tensors are averaged in float.
   torch::Tensor reduce(
-      const torch::Tensor& tensor,
-      Reduction reduction = Reduction::sum);
+      const torch::Tensor& tensor, Reduction reduction = Reduction::sum);
   /// gather() for evaluation: on the last batch of a prepared data loader
   /// whose sampler padded the epoch (even_batches), the duplicated samples
   /// are dropped, so the result has exactly one row per dataset sample.
   torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
   /// `from_process`'s tensor, on every process (the others' values are
   /// only used for the shape).
-  torch::Tensor broadcast(const torch::Tensor& tensor, int64_t from_process = 0);
+  torch::Tensor broadcast(
+      const torch::Tensor& tensor, int64_t from_process = 0);
   /// Pads `tensor` along `dim` with `pad_index` to the largest size any
   /// process has, so that gather() can concatenate it (at the end, or at
   /// the start with pad_first).
@@ -262,8 +260,7 @@ class Accelerator {
   /// length, repeating the last item.
   template <typename T>
   std::vector<T> split_between_processes(
-      const std::vector<T>& items,
-      bool apply_padding = false) const {
+      const std::vector<T>& items, bool apply_padding = false) const {
     const auto [begin, end, padded] =
         share_of(static_cast<int64_t>(items.size()));
     std::vector<T> share(items.begin() + begin, items.begin() + end);

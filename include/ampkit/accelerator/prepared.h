@@ -47,8 +47,7 @@ struct LoaderPosition {
   size_t consumed = 0;
 };
 std::shared_ptr<LoaderPosition> register_loader(
-    AcceleratorState& state,
-    const data::ShardedSampler& sampler);
+    AcceleratorState& state, const data::ShardedSampler& sampler);
 /// Distributed runs: whether gradients of this model are synchronised
 /// across processes, and the synchronizer's calls around its forward.
 bool is_distributed(const AcceleratorState& state);
@@ -59,14 +58,14 @@ void after_forward(
     const std::vector<torch::Tensor>& outputs);
 
 /// The tensors of a forward's output (for DDP's unused-parameter search).
-inline void collect_tensors(const torch::Tensor& t, std::vector<torch::Tensor>& out) {
+inline void collect_tensors(
+    const torch::Tensor& t, std::vector<torch::Tensor>& out) {
   if (t.defined()) {
     out.push_back(t);
   }
 }
 inline void collect_tensors(
-    const std::vector<torch::Tensor>& ts,
-    std::vector<torch::Tensor>& out) {
+    const std::vector<torch::Tensor>& ts, std::vector<torch::Tensor>& out) {
   for (const auto& t : ts) {
     collect_tensors(t, out);
   }
@@ -74,13 +73,16 @@ inline void collect_tensors(
 template <typename T>
 void collect_tensors(const T& /*value*/, std::vector<torch::Tensor>& /*out*/) {}
 template <typename A, typename B>
-void collect_tensors(const std::pair<A, B>& value, std::vector<torch::Tensor>& out) {
+void collect_tensors(
+    const std::pair<A, B>& value, std::vector<torch::Tensor>& out) {
   collect_tensors(value.first, out);
   collect_tensors(value.second, out);
 }
 template <typename... Ts>
-void collect_tensors(const std::tuple<Ts...>& value, std::vector<torch::Tensor>& out) {
-  std::apply([&out](const auto&... e) { (collect_tensors(e, out), ...); }, value);
+void collect_tensors(
+    const std::tuple<Ts...>& value, std::vector<torch::Tensor>& out) {
+  std::apply(
+      [&out](const auto&... e) { (collect_tensors(e, out), ...); }, value);
 }
 
 /// accelerate's convert_to_fp32: fp16 and bf16 tensors become float32,
@@ -129,8 +131,7 @@ T to_device(T value, const c10::Device& /*device*/) {
 }
 template <typename Data, typename Target>
 torch::data::Example<Data, Target> to_device(
-    torch::data::Example<Data, Target> example,
-    const c10::Device& device) {
+    torch::data::Example<Data, Target> example, const c10::Device& device) {
   return {
       to_device(std::move(example.data), device),
       to_device(std::move(example.target), device)};

@@ -47,7 +47,8 @@ double self_test_tolerance(Precision precision);
 /// Runs every case and prints one line per precision and a final verdict to
 /// `out` (failures and worker lines to `err`). Returns 0 when every case that
 /// ran matched, 1 otherwise.
-int run_self_test(const SelfTestOptions& options, std::ostream& out, std::ostream& err);
+int run_self_test(
+    const SelfTestOptions& options, std::ostream& out, std::ostream& err);
 
 /// The worker run_self_test launches: trains the model under an Accelerator
 /// set up from this process's launcher environment, each rank on its slice

@@ -104,8 +104,7 @@ struct PrecisionChoice {
 /// bf16 (AVX512-BF16, AMX-BF16 or Arm BF16), otherwise no (fp32): without
 /// native bf16 a CPU runs bf16 autocast 15-20x slower than fp32.
 PrecisionChoice auto_precision(
-    c10::DeviceType device_type,
-    const Capabilities& caps);
+    c10::DeviceType device_type, const Capabilities& caps);
 
 /// One line per device: "cpu: avx512_bf16 amx_bf16 ... native bf16: yes".
 std::string describe(const Capabilities& caps);

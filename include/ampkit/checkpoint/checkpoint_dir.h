@@ -72,7 +72,8 @@ class CheckpointWriter {
 
 /// Writes and fsyncs `name` into the partial directory of `dir` (a non-main
 /// rank's file; the main process then record()s it).
-void write_file(const std::string& dir, const std::string& name, std::string_view bytes);
+void write_file(
+    const std::string& dir, const std::string& name, std::string_view bytes);
 
 /// Reads `dir`/manifest.json without checking the files: IoError when `dir`
 /// is no folder or has no manifest (an incomplete save), or it is malformed.
@@ -87,20 +88,21 @@ Manifest verify_checkpoint(const std::string& dir);
 /// The bytes of `name` in a verified checkpoint (size and CRC checked again
 /// against the manifest, so a file changed since is still caught).
 std::string read_checkpoint_file(
-    const std::string& dir,
-    const Manifest& manifest,
-    const std::string& name);
+    const std::string& dir, const Manifest& manifest, const std::string& name);
 
 /// checkpoint_N directories under `checkpoints_dir`, in increasing N.
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& checkpoints_dir);
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(
+    const std::string& checkpoints_dir);
 
 /// The complete checkpoint with the largest N, or nullopt; incomplete or
 /// corrupt ones are skipped.
-std::optional<std::string> latest_checkpoint(const std::string& checkpoints_dir);
+std::optional<std::string> latest_checkpoint(
+    const std::string& checkpoints_dir);
 
 /// Deletes the oldest complete checkpoints until at most `limit` remain
 /// (0: no limit), and partial directories of crashed saves; returns the
 /// deleted paths.
-std::vector<std::string> enforce_total_limit(const std::string& checkpoints_dir, int64_t limit);
+std::vector<std::string> enforce_total_limit(
+    const std::string& checkpoints_dir, int64_t limit);
 
 }  // namespace ampkit::checkpoint

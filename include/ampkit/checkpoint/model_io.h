@@ -20,7 +20,10 @@ NamedTensors model_state(const torch::nn::Module& model);
 /// copied unless every name matches: otherwise an ampkit::InvalidArgument
 /// from `origin` lists the missing, the unexpected and the shape-mismatched
 /// names. dtypes are converted to the model's.
-void load_model_state(torch::nn::Module& model, const NamedTensors& state, const std::string& origin);
+void load_model_state(
+    torch::nn::Module& model,
+    const NamedTensors& state,
+    const std::string& origin);
 
 /// "10GB", "500MB", "2GiB", "123" (bytes): decimal units as accelerate's
 /// convert_file_size_to_int (KB = 1000), binary with an "i". Throws
@@ -31,7 +34,10 @@ uint64_t parse_shard_size(const std::string& text);
 /// `max_shard_size` bytes per file; shards of an earlier save that the new
 /// one does not use are removed. Every file is written atomically, the index
 /// last.
-void save_model(const torch::nn::Module& model, const std::string& dir, const std::string& max_shard_size = "10GB");
+void save_model(
+    const torch::nn::Module& model,
+    const std::string& dir,
+    const std::string& max_shard_size = "10GB");
 
 /// Loads what save_model wrote (or a Hugging Face safetensors checkpoint):
 /// the index and its shards, else model.safetensors. Errors as

@@ -31,7 +31,8 @@ constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 /// in the order given) and `metadata`. The header is padded with spaces to a
 /// multiple of 8 bytes. Throws ampkit::InvalidArgument for an undefined
 /// tensor, a dtype safetensors has no name for, or a repeated name.
-std::string encode_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
+std::string encode_safetensors(
+    const NamedTensors& tensors, const Metadata& metadata = {});
 
 /// Parses safetensors bytes; `origin` (the file name) starts every error.
 /// Throws ampkit::IoError naming the problem: too short, header length past
@@ -39,7 +40,8 @@ std::string encode_safetensors(const NamedTensors& tensors, const Metadata& meta
 /// too deep, an entry without dtype/shape/data_offsets, an unknown dtype,
 /// offsets that do not match the shape, overlap, leave gaps or run past the
 /// end of the file.
-Safetensors decode_safetensors(std::string_view bytes, const std::string& origin);
+Safetensors decode_safetensors(
+    std::string_view bytes, const std::string& origin);
 
 /// encode_safetensors written to `path` (through a temporary file, fsynced
 /// and renamed, so the file is either the old one or the complete new one).

@@ -48,8 +48,8 @@ struct LaunchConfig {
   int64_t num_processes = 1;
   int64_t num_machines = 1;
   int64_t machine_rank = 0;
-  std::string main_process_ip;   ///< "" = not set (single machine)
-  int64_t main_process_port = 0; ///< 0 = not set (pick a free port)
+  std::string main_process_ip;    ///< "" = not set (single machine)
+  int64_t main_process_port = 0;  ///< 0 = not set (pick a free port)
   bool use_cpu = false;
   std::string gpu_ids = "all";
   bool debug = false;

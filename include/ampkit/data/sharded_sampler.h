@@ -72,7 +72,8 @@ class ShardedSampler : public torch::data::samplers::Sampler<> {
   /// save() as if `batches` of the current epoch had been yielded: the
   /// training loop's position, behind next()'s by what the loader
   /// prefetched. `batches` beyond batches_yielded() is an InvalidArgument.
-  void save_position(torch::serialize::OutputArchive& archive, size_t batches) const;
+  void save_position(
+      torch::serialize::OutputArchive& archive, size_t batches) const;
   /// Batches the next epoch skips (a resumed one's position), else 0.
   size_t pending_skip() const;
   /// Resumes what save() wrote: the next reset() restarts the saved epoch

@@ -86,8 +86,8 @@ struct DoctorReport {
 
 /// Runs every check: libtorch, blas, threads, cpu, precision (<device>) per
 /// device, gpu, cuda, nccl, one "gpu (cuda:<i>)" per visible GPU, disk,
-/// then options.more_checks. Problems become checks; it throws only on invalid options
-/// (ampkit::InvalidArgument).
+/// then options.more_checks. Problems become checks; it throws only on invalid
+/// options (ampkit::InvalidArgument).
 DoctorReport run_doctor(const DoctorOptions& options = {});
 
 /// The BLAS LibTorch's CPU matmuls go to, as the doctor's blas check finds

@@ -31,9 +31,7 @@ struct MemoryEstimate {
 
 /// "adamw" or "sgd"; anything else is an ampkit::InvalidArgument.
 MemoryEstimate estimate_memory(
-    int64_t parameters,
-    const std::string& optimizer,
-    Precision precision);
+    int64_t parameters, const std::string& optimizer, Precision precision);
 
 /// Parses a parameter count: digits with an optional K, M or B suffix (any
 /// case, decimals allowed: "1.5B"). Bad text is an ampkit::InvalidArgument.
@@ -43,6 +41,7 @@ int64_t parse_parameter_count(const std::string& text);
 std::string format_bytes(int64_t bytes);
 
 /// The table `ampkit estimate-memory` prints, one row per estimate.
-std::string memory_table(int64_t parameters, const std::vector<MemoryEstimate>& rows);
+std::string memory_table(
+    int64_t parameters, const std::vector<MemoryEstimate>& rows);
 
 }  // namespace ampkit

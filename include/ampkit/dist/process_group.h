@@ -61,7 +61,8 @@ class ProcessGroup {
   /// to 127.0.0.1, so it opens no port outside loopback; a multi-node run
   /// meets at MASTER_ADDR:MASTER_PORT over c10d's TCPStore and warns once
   /// that this port is unauthenticated.
-  ProcessGroup(const DistEnv& env, const GroupOptions& options, c10::Device device);
+  ProcessGroup(
+      const DistEnv& env, const GroupOptions& options, c10::Device device);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -84,7 +85,8 @@ class ProcessGroup {
   void broadcast(torch::Tensor& tensor, int64_t root = 0);
   /// Broadcasts many tensors from `root` in few messages (c10d's
   /// broadcast_coalesced), as DDP does for parameters and buffers.
-  void broadcast_coalesced(const std::vector<torch::Tensor>& tensors, int64_t root = 0);
+  void broadcast_coalesced(
+      const std::vector<torch::Tensor>& tensors, int64_t root = 0);
   /// Every process's shape of `tensor`; with debug on, each collective
   /// calls it and throws when they differ.
   std::vector<std::vector<int64_t>> all_shapes(const torch::Tensor& tensor);

@@ -16,9 +16,12 @@ using Metrics = std::map<std::string, double>;
 using RunConfig = std::map<std::string, std::string>;
 
 /// Files of a run directory (project_dir/project_name):
-constexpr const char* kConfigFile = "config.json";   ///< RunConfig as a JSON object of strings
-constexpr const char* kJsonlFile = "metrics.jsonl";  ///< {"step":N,"wall_time":s,"name":v,...} per log call
-constexpr const char* kCsvFile = "metrics.csv";      ///< step,wall_time,name,value per metric
+constexpr const char* kConfigFile =
+    "config.json";  ///< RunConfig as a JSON object of strings
+constexpr const char* kJsonlFile =
+    "metrics.jsonl";  ///< {"step":N,"wall_time":s,"name":v,...} per log call
+constexpr const char* kCsvFile =
+    "metrics.csv";  ///< step,wall_time,name,value per metric
 /// TensorBoard event files are named events.out.tfevents.<seconds>.<host>.
 
 /// Metric names the Accelerator logs by itself (AcceleratorOptions::auto_log).
