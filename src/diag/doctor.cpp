@@ -1,30 +1,26 @@
 // `ampkit doctor`'s checks: LibTorch, the BLAS it loaded, threads, CPU and GPU
-// capabilities, timed matmuls, the precision recommendation, the config file
-// and free disk space.
+// capabilities, the precision recommendation from the timed matmuls, CUDA and
+// NCCL versions and free disk space; run_doctor and its report table.
 #include "ampkit/diag/doctor.h"
 
+#include <ATen/Context.h>  // at::hasCUDA
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
-#include <dlfcn.h>
+#include <c10/core/Device.h>
 #include <sys/statvfs.h>
-#include <torch/cuda.h>
-#include <torch/torch.h>
 #include <torch/version.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <set>
 #include <sstream>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 #include "ampkit/error.h"
 #include "diag/cuda_doctor.h"
-
-#include "utils/strings.h"
+#include "diag/doctor_internal.h"
 
 namespace ampkit::diag {
 
@@ -84,69 +80,6 @@ const MatmulTiming* find_timing(
   return nullptr;
 }
 
-// ---- matmul timing ---------------------------------------------------------
-
-// Runs [n, n] @ [n, n] in `dtype` once to warm up, then in doubling batches
-// until at least min_seconds have passed; CUDA is synchronised per batch so
-// that launches are not what is timed.
-MatmulTiming time_matmul(
-    c10::Device device,
-    c10::ScalarType dtype,
-    const std::string& dtype_name,
-    int n,
-    double min_seconds) {
-  MatmulTiming timing;
-  timing.device = device.type();
-  timing.dtype = dtype_name;
-  timing.size = n;
-  auto sync = [&] {
-    if (device.is_cuda()) {
-      torch::cuda::synchronize(device.index());
-    }
-  };
-  try {
-    torch::NoGradGuard no_grad;
-    // Drawn in fp32: not every LibTorch can draw randn in fp16 on the CPU.
-    const auto fp32 = torch::TensorOptions().device(device);
-    const torch::Tensor a = torch::randn({n, n}, fp32).to(dtype);  // [n, n]
-    const torch::Tensor b = torch::randn({n, n}, fp32).to(dtype);  // [n, n]
-    torch::Tensor c = torch::mm(a, b);
-    sync();
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    int64_t iterations = 0;
-    double elapsed = 0;
-    int64_t batch = 1;
-    do {
-      for (int64_t i = 0; i < batch; ++i) {
-        torch::mm_out(c, a, b);
-      }
-      sync();
-      iterations += batch;
-      batch *= 2;
-      elapsed = std::chrono::duration<double>(clock::now() - start).count();
-    } while (elapsed < min_seconds);
-    timing.gflops = 2.0 * n * n * double(n) * iterations / elapsed / 1e9;
-  } catch (const c10::Error& e) {
-    std::string message = e.what_without_backtrace();
-    message = message.substr(0, message.find('\n'));
-    timing.note = "unsupported: " + message;
-  }
-  return timing;
-}
-
-std::vector<MatmulTiming> time_matmuls(
-    c10::Device device, int n, double min_seconds) {
-  std::vector<MatmulTiming> out;
-  for (const auto& [dtype, name] :
-       {std::pair{c10::ScalarType::Float, "fp32"},
-        std::pair{c10::ScalarType::BFloat16, "bf16"},
-        std::pair{c10::ScalarType::Half, "fp16"}}) {
-    out.push_back(time_matmul(device, dtype, name, n, min_seconds));
-  }
-  return out;
-}
-
 // ---- checks ----------------------------------------------------------------
 
 CheckResult check_libtorch(const Capabilities& caps) {
@@ -158,100 +91,8 @@ CheckResult check_libtorch(const Capabilities& caps) {
   return {"libtorch", CheckStatus::ok, value, ""};
 }
 
-// "MKL", "OpenBLAS", ... from a library's real path; "" for anything else.
-std::string classify_blas(const std::string& path) {
-  const std::string lower = ampkit::detail::lower(path);
-  const std::string file = fs::path(lower).filename().string();
-  if (lower.find("mkl") != std::string::npos) {
-    return "MKL";
-  }
-  if (lower.find("openblas") != std::string::npos) {
-    return "OpenBLAS";
-  }
-  if (lower.find("blis") != std::string::npos) {
-    return "BLIS";
-  }
-  if (lower.find("flexiblas") != std::string::npos) {
-    return "FlexiBLAS";
-  }
-  if (lower.find("atlas") != std::string::npos) {
-    return "ATLAS";
-  }
-  // Debian's reference BLAS (/usr/lib/<triplet>/blas/libblas.so.3), behind
-  // the libblas.so.3 alternatives link when no optimised BLAS is installed.
-  if (file.rfind("libblas.so", 0) == 0) {
-    return "reference BLAS";
-  }
-  return "";
-}
-
-std::string real_path(const std::string& path) {
-  std::error_code ec;
-  const fs::path resolved = fs::canonical(path, ec);
-  return ec ? path : resolved.string();
-}
-
-struct BlasFound {
-  std::string kind;  // classify_blas's name, "" when none was identified
-  std::string path;  // the library file, or where the finding came from
-};
-
-// The BLAS libraries mapped into this process (/proc/self/maps), and of them
-// the one whose sgemm_ LibTorch's calls bind to: the dynamic linker's global
-// lookup, as dladdr of RTLD_DEFAULT's sgemm_ tells. A liblapack.so.3 may map
-// OpenBLAS beside a reference libblas.so.3 that still serves the matmuls.
-BlasFound find_blas() {
-  std::vector<BlasFound> mapped;
-  std::ifstream maps("/proc/self/maps");
-  std::set<std::string> seen;
-  for (std::string line; std::getline(maps, line);) {
-    const auto slash = line.find('/');
-    if (slash == std::string::npos) {
-      continue;
-    }
-    const std::string path = line.substr(slash);
-    if (!seen.insert(path).second) {
-      continue;
-    }
-    const std::string kind = classify_blas(path);
-    if (!kind.empty()) {
-      mapped.push_back({kind, path});
-    }
-  }
-  if (void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_")) {
-    Dl_info info{};
-    if (dladdr(sgemm, &info) != 0 && info.dli_fname != nullptr) {
-      const std::string path = real_path(info.dli_fname);
-      const std::string kind = classify_blas(path);
-      if (!kind.empty()) {
-        return {kind, path};
-      }
-    }
-  }
-  for (const char* kind :
-       {"MKL", "OpenBLAS", "BLIS", "FlexiBLAS", "ATLAS", "reference BLAS"}) {
-    for (const auto& m : mapped) {
-      if (m.kind == kind) {
-        return m;
-      }
-    }
-  }
-  // Linked statically into LibTorch (PyTorch's own builds link MKL so).
-  const std::string config = at::show_config();
-  const auto key = config.find("BLAS_INFO=");
-  if (key != std::string::npos) {
-    const auto begin = key + std::string("BLAS_INFO=").size();
-    const auto end = config.find_first_of(", \n", begin);
-    const std::string name = config.substr(begin, end - begin);
-    const std::string kind = classify_blas(name);
-    return {
-        kind.empty() ? name : kind, "built into LibTorch (at::show_config)"};
-  }
-  return {};
-}
-
 CheckResult check_blas(const MatmulTiming* fp32) {
-  const BlasFound blas = find_blas();
+  const detail::BlasFound blas = detail::find_blas();
   CheckResult check{"blas", CheckStatus::ok, "", ""};
   check.value =
       blas.kind.empty() ? "not identified" : blas.kind + " (" + blas.path + ")";
@@ -562,7 +403,8 @@ DoctorReport run_doctor(const DoctorOptions& options) {
         static_cast<c10::DeviceIndex>(caps.current_cuda_device));
   }
   for (const auto& device : devices) {
-    auto t = time_matmuls(device, options.matmul_size, options.min_seconds);
+    auto t =
+        detail::time_matmuls(device, options.matmul_size, options.min_seconds);
     report.timings.insert(report.timings.end(), t.begin(), t.end());
     report.recommendations.push_back(
         recommend_precision(device.type(), caps, report.timings));
@@ -583,11 +425,6 @@ DoctorReport run_doctor(const DoctorOptions& options) {
     checks.push_back(check());
   }
   return report;
-}
-
-BlasInUse blas_in_use() {
-  const BlasFound blas = find_blas();
-  return {blas.kind, blas.path};
 }
 
 CudaVersions cuda_versions() {

@@ -1,0 +1,41 @@
+// What the config files share (private): one top-level entry of a parsed
+// file, the parsers that produce entries from YAML or JSON text, and the
+// quoting of strings as PyYAML writes them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ampkit::config::detail {
+
+/// The component named in this layer's errors.
+inline constexpr const char* kComponent = "Config";
+
+// One top-level entry of the file, whatever its format.
+struct Entry {
+  enum class Kind { null, plain, quoted, collection };
+  std::string key;
+  int line = 0;
+  Kind kind = Kind::null;
+  std::string text;  // the scalar, "" for null and collections
+  std::string yaml;  // the value as YAML text, for passthrough
+};
+
+/// Whether `list` holds `s`.
+bool contains(const std::vector<std::string>& list, const std::string& s);
+
+/// `s` as a YAML scalar that reads back as the same string (quoted where
+/// PyYAML would quote it).
+std::string yaml_string(const std::string& s);
+
+/// Whether `text` (read from `path`) is JSON: by extension .json, or content
+/// starting with '{'.
+bool looks_like_json(const std::string& path, const std::string& text);
+
+/// The top-level entries of a YAML or JSON file's `text`, in file order;
+/// a syntax error is an IoError, a top level that is not a mapping a
+/// ConfigError, both naming `path`.
+std::vector<Entry> parse_yaml(const std::string& path, const std::string& text);
+std::vector<Entry> parse_json(const std::string& path, const std::string& text);
+
+}  // namespace ampkit::config::detail

@@ -1,0 +1,125 @@
+// Writing a config file: a LaunchConfig as accelerate's YAML (its key names,
+// in its alphabetical order, strings quoted as PyYAML quotes them), replacing
+// the file atomically.
+#include "ampkit/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <system_error>
+
+#include "ampkit/error.h"
+#include "config/parse.h"
+
+namespace ampkit::config {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using detail::kComponent;
+using detail::yaml_string;
+
+std::string indent(const std::string& text) {
+  std::string out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    out += "  " + line + "\n";
+  }
+  return out;
+}
+
+// One "key: value" entry; collections go on the lines below, indented.
+std::string yaml_entry(const std::string& key, const std::string& value) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(value);
+  } catch (const YAML::Exception&) {
+    return key + ": " + yaml_string(value) + "\n";
+  }
+  if ((node.IsMap() || node.IsSequence()) && node.size() > 0 &&
+      value.find('\n') != std::string::npos) {
+    return key + ":\n" + indent(value);
+  }
+  if ((node.IsMap() || node.IsSequence()) && node.size() > 0) {
+    // A one-line block collection ("a: 1" or "- x") still needs its own line.
+    return value.front() == '{' || value.front() == '['
+               ? key + ": " + value + "\n"
+               : key + ":\n" + indent(value);
+  }
+  return key + ": " + value + "\n";
+}
+
+}  // namespace
+
+void save_config(const LaunchConfig& config, const std::string& path) {
+  std::map<std::string, std::string> values(
+      config.passthrough.begin(), config.passthrough.end());
+  values["compute_environment"] = yaml_string(config.compute_environment);
+  values["debug"] = config.debug ? "true" : "false";
+  values["distributed_type"] = yaml_string(config.distributed_type);
+  values["gpu_ids"] = yaml_string(config.gpu_ids);
+  values["gradient_accumulation_steps"] =
+      std::to_string(config.gradient_accumulation_steps);
+  values["machine_rank"] = std::to_string(config.machine_rank);
+  values["main_training_function"] = yaml_string(config.main_training_function);
+  values["mixed_precision"] = yaml_string(
+      config.mixed_precision == Precision::automatic
+          ? std::string("auto")
+          : to_string(config.mixed_precision));
+  values["num_machines"] = std::to_string(config.num_machines);
+  values["num_processes"] = std::to_string(config.num_processes);
+  values["rdzv_backend"] = yaml_string(config.rdzv_backend);
+  values["same_network"] = config.same_network ? "true" : "false";
+  values["use_cpu"] = config.use_cpu ? "true" : "false";
+  if (!config.main_process_ip.empty()) {
+    values["main_process_ip"] = yaml_string(config.main_process_ip);
+  }
+  if (config.main_process_port != 0) {
+    values["main_process_port"] = std::to_string(config.main_process_port);
+  }
+  if (!config.log_with.empty()) {
+    values["log_with"] = yaml_string(config.log_with);
+  }
+  std::string text;
+  for (const auto& [key, value] : values) {
+    text += yaml_entry(key, value);
+  }
+
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+  }
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      fs::remove(tmp, ec);
+      throw IoError(
+          kComponent,
+          path +
+              ": cannot be written. Check that its directory exists "
+              "and is writable.");
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    const std::string reason = ec.message();
+    fs::remove(tmp, ec);
+    throw IoError(
+        kComponent,
+        path + ": cannot be written (" + reason +
+            "). Check that its directory is writable.");
+  }
+}
+
+}  // namespace ampkit::config
