@@ -4,6 +4,9 @@
 # point to the same layer or a lower one. utils/ and the root headers
 # (ampkit/error.h, ampkit/state_dict.h, ampkit/version.h) are below every
 # layer; the umbrella ampkit/ampkit.h is above all of them.
+# Also: LibTorch version branches (#if on TORCH_VERSION_*, any use of
+# AMPKIT_TORCH_AT_LEAST) live only in a layer's compat.h/compat.cpp; other
+# files test the feature macros those define.
 # Run as cmake -DROOT=<source dir> -P check_layers.cmake.
 set(layers utils amp dist data optim checkpoint track diag config accelerator)
 set(violations "")
@@ -16,6 +19,15 @@ foreach(base src include/ampkit)
     list(FIND layers "${from}" from_rank)
     if(from_rank EQUAL -1 OR NOT file MATCHES "/")
       continue()  # a file outside the layer folders
+    endif()
+    if(NOT file MATCHES "/compat\\.(h|cpp)$")
+      file(STRINGS "${ROOT}/${base}/${file}" branches
+        REGEX "AMPKIT_TORCH_AT_LEAST|^[ \t]*#[ \t]*(if|elif).*TORCH_VERSION_")
+      foreach(line IN LISTS branches)
+        string(STRIP "${line}" line)
+        list(APPEND violations
+          "${base}/${file}: a LibTorch version branch outside compat: ${line}")
+      endforeach()
     endif()
     file(STRINGS "${ROOT}/${base}/${file}" includes
       REGEX "^[ \t]*#[ \t]*include[ \t]+\"[^\"]+\"")
@@ -47,8 +59,9 @@ endforeach()
 if(violations)
   list(JOIN violations "\n  " text)
   message(FATAL_ERROR
-    "Includes against the layer order (${layers}, lowest first; "
-    "../shared/DESIGN.md):\n  ${text}\nMove the code to the higher layer, "
-    "or pass what it needs down as a parameter or callback.")
+    "Against the layer order (${layers}, lowest first; ../shared/DESIGN.md) "
+    "or outside compat:\n  ${text}\nMove the code to the higher layer, or "
+    "pass what it needs down as a parameter or callback; put version "
+    "branches in the layer's compat.h as a feature macro.")
 endif()
 message(STATUS "layers: ${edges} include edges between layers, all downward")

@@ -29,5 +29,6 @@
 #include "ampkit/track/tensorboard.h"
 #include "ampkit/track/tracker.h"
 #include "ampkit/utils/memory.h"
+#include "ampkit/utils/operations.h"
 #include "ampkit/utils/random.h"
 #include "ampkit/version.h"

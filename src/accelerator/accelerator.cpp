@@ -21,6 +21,7 @@
 #include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"
 #include "ampkit/utils/random.h"
+#include "optim/compat.h"
 #include "optim/fused_step.h"
 
 namespace ampkit {
@@ -467,7 +468,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
     auto reason = optim::aten_fused_step_unsupported_reason(optimizer);
     if (!reason) {
       entry.fused = detail::FusedStep::aten;
-    } else if (!st.scaler && !AMPKIT_TORCH_AT_LEAST(2, 4)) {
+    } else if (!st.scaler && !AMPKIT_HAS_ATEN_FUSED_OPTIM) {
       reason = detail::fused_step_unsupported_reason(optimizer);
       if (!reason) {
         entry.fused = detail::FusedStep::ampkit;
@@ -733,21 +734,16 @@ torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {
   return all;
 }
 
-torch::Tensor Accelerator::reduce(
-    const torch::Tensor& tensor, Reduction reduction) {
+torch::Tensor Accelerator::reduce(const torch::Tensor& tensor, ReduceOp op) {
   if (!state_->group) {
     // The sum, mean and max of one process's tensor are the tensor.
     return tensor;
   }
   torch::Tensor t = tensor.clone();
-  if (reduction == Reduction::mean && !t.is_floating_point()) {
+  if (op == ReduceOp::mean && !t.is_floating_point()) {
     t = t.to(torch::kFloat);
   }
-  state_->group->all_reduce(
-      t,
-      reduction == Reduction::sum    ? dist::ReduceOp::sum
-      : reduction == Reduction::mean ? dist::ReduceOp::mean
-                                     : dist::ReduceOp::max);
+  state_->group->all_reduce(t, op);
   return t;
 }
 

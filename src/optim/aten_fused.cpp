@@ -17,13 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "amp/compat.h"
 #include "ampkit/error.h"
 #include "optim/param_info.h"
 
-// The fused kernels take grad_scale/found_inf from 2.0 (CUDA), and run on
-// the CPU from 2.4 (pytorch/pytorch#123074 and its SGD sibling).
-#define AMPKIT_HAS_ATEN_FUSED_OPTIM AMPKIT_TORCH_AT_LEAST(2, 4)
+#include "optim/compat.h"  // AMPKIT_HAS_ATEN_FUSED_OPTIM
 #if AMPKIT_HAS_ATEN_FUSED_OPTIM
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>

@@ -1,6 +1,6 @@
-// What the fused optimizer steps say of a parameter: its key in
-// torch::optim::Optimizer::state() (changed in LibTorch 2.2,
-// pytorch/pytorch#108480), its position and its layout, for messages.
+// What the fused optimizer steps say of a parameter: its position and its
+// layout, for messages; its key in torch::optim::Optimizer::state() is
+// optim/compat.h's state_key.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,21 +12,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "amp/compat.h"
+#include "optim/compat.h"
 
 namespace ampkit::detail {
-
-// Optimizer::state() is keyed by the stringified TensorImpl* up to 2.1 and by
-// the TensorImpl* itself from 2.2.
-#if AMPKIT_TORCH_AT_LEAST(2, 2)
-inline void* state_key(const at::Tensor& p) {
-  return p.unsafeGetTensorImpl();
-}
-#else
-inline std::string state_key(const at::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-#endif
 
 using OptimizerStateMap =
     std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;

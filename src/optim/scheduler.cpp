@@ -102,21 +102,7 @@ void check_non_negative(const char* what, double v, const char* hint) {
 }
 
 void validate(const ReduceLROnPlateauOptions& o) {
-  if (o.mode() != "min" && o.mode() != "max") {
-    throw InvalidArgument(
-        kPlateau,
-        "mode must be one of \"min\", \"max\", got " + in_quotes(o.mode()) +
-            ". Use \"min\" for a metric that should decrease (a loss), "
-            "\"max\" for one that should increase (an accuracy).");
-  }
-  if (o.threshold_mode() != "rel" && o.threshold_mode() != "abs") {
-    throw InvalidArgument(
-        kPlateau,
-        "threshold_mode must be one of \"rel\", \"abs\", got " +
-            in_quotes(o.threshold_mode()) +
-            ". \"rel\" compares with best * (1 -/+ threshold), \"abs\" with "
-            "best -/+ threshold.");
-  }
+  // mode and threshold_mode are enums: parse_* checked the strings.
   if (!(o.factor() >= 0.0 && o.factor() < 1.0)) {
     throw InvalidArgument(
         kPlateau,
@@ -568,13 +554,44 @@ void StepLR::load_own_state(const StateDict& state) {
 
 // ------------------------------------------------------- ReduceLROnPlateau
 
+std::string to_string(PlateauMode mode) {
+  return mode == PlateauMode::min ? "min" : "max";
+}
+
+std::string to_string(ThresholdMode mode) {
+  return mode == ThresholdMode::rel ? "rel" : "abs";
+}
+
+PlateauMode parse_plateau_mode(const std::string& text) {
+  if (text == "min" || text == "max") {
+    return text == "min" ? PlateauMode::min : PlateauMode::max;
+  }
+  throw InvalidArgument(
+      kPlateau,
+      "mode must be one of \"min\", \"max\", got " + in_quotes(text) +
+          ". Use \"min\" for a metric that should decrease (a loss), "
+          "\"max\" for one that should increase (an accuracy).");
+}
+
+ThresholdMode parse_threshold_mode(const std::string& text) {
+  if (text == "rel" || text == "abs") {
+    return text == "rel" ? ThresholdMode::rel : ThresholdMode::abs;
+  }
+  throw InvalidArgument(
+      kPlateau,
+      "threshold_mode must be one of \"rel\", \"abs\", got " + in_quotes(text) +
+          ". \"rel\" compares with best * (1 -/+ threshold), \"abs\" with "
+          "best -/+ threshold.");
+}
+
 ReduceLROnPlateau::ReduceLROnPlateau(
     torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options)
     : LRScheduler(optimizer), options_(std::move(options)) {
   validate(options_);
   min_lrs_.assign(base_lrs_.size(), options_.min_lr());
   const double inf = std::numeric_limits<double>::infinity();
-  best_ = options_.mode() == "min" ? inf : -inf;  // PyTorch's mode_worse
+  best_ =
+      options_.mode() == PlateauMode::min ? inf : -inf;  // PyTorch's mode_worse
   // PyTorch starts it at 0 and makes no initial step.
   last_epoch_ = 0;
 }
@@ -584,7 +601,7 @@ void ReduceLROnPlateau::step() {
       kPlateau,
       "step() needs the metric this scheduler watches, got no metric. Call "
       "step(metric) once per evaluation with the monitored value (mode " +
-          in_quotes(options_.mode()) + ").");
+          in_quotes(to_string(options_.mode())) + ").");
 }
 
 void ReduceLROnPlateau::step(double metric) {
@@ -616,20 +633,19 @@ void ReduceLROnPlateau::step(double metric) {
 
 bool ReduceLROnPlateau::is_better(double a, double best) const {
   const double t = options_.threshold();
-  if (options_.mode() == "min") {
-    return options_.threshold_mode() == "rel" ? a < best * (1.0 - t)
-                                              : a < best - t;
+  const bool rel = options_.threshold_mode() == ThresholdMode::rel;
+  if (options_.mode() == PlateauMode::min) {
+    return rel ? a < best * (1.0 - t) : a < best - t;
   }
-  return options_.threshold_mode() == "rel" ? a > best * (t + 1.0)
-                                            : a > best + t;
+  return rel ? a > best * (t + 1.0) : a > best + t;
 }
 
 void ReduceLROnPlateau::save_own_state(StateDict& state) const {
-  state["mode"] = options_.mode();
+  state["mode"] = to_string(options_.mode());
   state["factor"] = options_.factor();
   state["patience"] = options_.patience();
   state["threshold"] = options_.threshold();
-  state["threshold_mode"] = options_.threshold_mode();
+  state["threshold_mode"] = to_string(options_.threshold_mode());
   state["cooldown"] = options_.cooldown();
   state["min_lrs"] = min_lrs_;
   state["eps"] = options_.eps();
@@ -640,11 +656,12 @@ void ReduceLROnPlateau::save_own_state(StateDict& state) const {
 
 void ReduceLROnPlateau::load_own_state(const StateDict& state) {
   ReduceLROnPlateauOptions next = options_;
-  next.mode(state.at("mode").toStringRef())
+  next.mode(parse_plateau_mode(state.at("mode").toStringRef()))
       .factor(state.at("factor").toDouble())
       .patience(state.at("patience").toInt())
       .threshold(state.at("threshold").toDouble())
-      .threshold_mode(state.at("threshold_mode").toStringRef())
+      .threshold_mode(
+          parse_threshold_mode(state.at("threshold_mode").toStringRef()))
       .cooldown(state.at("cooldown").toInt())
       .eps(state.at("eps").toDouble());
   validate(next);

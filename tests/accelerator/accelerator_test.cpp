@@ -621,7 +621,7 @@ TEST(AcceleratorTest, SingleProcessCollectivesKeepShapesOfManyProcesses) {
   EXPECT_EQ(accelerator.gather(scalar).sizes(), (std::vector<int64_t>{1}));
   const auto batch = torch::randn({4, 2});
   EXPECT_TRUE(torch::equal(accelerator.gather(batch), batch));
-  for (auto r : {Reduction::sum, Reduction::mean, Reduction::max}) {
+  for (auto r : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
     EXPECT_TRUE(torch::equal(accelerator.reduce(batch, r), batch));
   }
 }

@@ -227,18 +227,18 @@ int collectives() {
   // reduce: sum, mean (integers averaged in float), max.
   auto v = torch::tensor({static_cast<float>(r + 1), 10.0f * (r + 1)});
   CHECK_OR_FAIL(
-      accelerator.reduce(v, ampkit::Reduction::sum)
+      accelerator.reduce(v, ampkit::ReduceOp::sum)
           .equal(torch::tensor({3.0f, 30.0f})),
       "reduce sum");
   CHECK_OR_FAIL(
-      accelerator.reduce(v, ampkit::Reduction::mean)
+      accelerator.reduce(v, ampkit::ReduceOp::mean)
           .equal(torch::tensor({1.5f, 15.0f})),
       "reduce mean");
   CHECK_OR_FAIL(
-      accelerator.reduce(v, ampkit::Reduction::max)
+      accelerator.reduce(v, ampkit::ReduceOp::max)
           .equal(torch::tensor({2.0f, 20.0f})),
       "reduce max");
-  auto mi = accelerator.reduce(torch::tensor({r + 2}), ampkit::Reduction::mean);
+  auto mi = accelerator.reduce(torch::tensor({r + 2}), ampkit::ReduceOp::mean);
   CHECK_OR_FAIL(
       mi.is_floating_point() && mi.item<float>() == 2.5f,
       "reduce mean of integers");

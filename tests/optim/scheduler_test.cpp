@@ -62,11 +62,11 @@ std::unique_ptr<LRScheduler> make_warmup(
 
 ReduceLROnPlateauOptions plateau_options(const golden::PlateauSchedule& g) {
   return ReduceLROnPlateauOptions()
-      .mode(g.mode)
+      .mode(parse_plateau_mode(g.mode))
       .factor(g.factor)
       .patience(g.patience)
       .threshold(g.threshold)
-      .threshold_mode(g.threshold_mode)
+      .threshold_mode(parse_threshold_mode(g.threshold_mode))
       .cooldown(g.cooldown)
       .min_lr(g.min_lr)
       .eps(g.eps);
@@ -582,13 +582,13 @@ TEST(SchedulerTest, RejectsInvalidPlateauOptionsWithTheValidValues) {
   auto optimizer = make_optimizer("sgd");
   using O = ReduceLROnPlateauOptions;
   AMPKIT_EXPECT_THROWS_WITH(
-      ReduceLROnPlateau(*optimizer, O().mode("minimum")),
+      parse_plateau_mode("minimum"),
       InvalidArgument,
       "ReduceLROnPlateau: mode must be one of \"min\", \"max\", got "
       "\"minimum\". Use \"min\" for a metric that should decrease (a loss), "
       "\"max\" for one that should increase (an accuracy).");
   AMPKIT_EXPECT_THROWS_WITH(
-      ReduceLROnPlateau(*optimizer, O().threshold_mode("relative")),
+      parse_threshold_mode("relative"),
       InvalidArgument,
       "ReduceLROnPlateau: threshold_mode must be one of \"rel\", \"abs\", got "
       "\"relative\".");
@@ -644,7 +644,7 @@ TEST(SchedulerTest, StepWithAMetricIsOnlyForReduceLROnPlateau) {
 TEST(SchedulerTest, ReduceLROnPlateauNeedsTheMetricInStep) {
   auto optimizer = make_optimizer("sgd");
   ReduceLROnPlateau scheduler(
-      *optimizer, ReduceLROnPlateauOptions().mode("max"));
+      *optimizer, ReduceLROnPlateauOptions().mode(PlateauMode::max));
   LRScheduler& base = scheduler;
   AMPKIT_EXPECT_THROWS_WITH(
       base.step(),

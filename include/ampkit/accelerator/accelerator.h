@@ -27,8 +27,9 @@
 
 namespace ampkit {
 
-/// How reduce() combines one tensor across processes.
-enum class Reduction { sum, mean, max };
+/// How reduce() combines one tensor across processes: the process group's
+/// own (sum, mean, max), one enum for both layers.
+using ReduceOp = dist::ReduceOp;
 
 /// The RAII scope of one micro-step (accelerate's `with
 /// accelerator.accumulate(model)`): on entry it decides whether this
@@ -238,7 +239,7 @@ class Accelerator {
   /// Combines `tensor` across processes (sum, mean or max); integer
   /// tensors are averaged in float.
   torch::Tensor reduce(
-      const torch::Tensor& tensor, Reduction reduction = Reduction::sum);
+      const torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);
   /// gather() for evaluation: on the last batch of a prepared data loader
   /// whose sampler padded the epoch (even_batches), the duplicated samples
   /// are dropped, so the result has exactly one row per dataset sample.

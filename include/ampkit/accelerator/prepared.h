@@ -20,6 +20,7 @@
 #include "ampkit/data/sharded_sampler.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/optim/scheduler.h"
+#include "ampkit/utils/operations.h"
 
 namespace ampkit {
 
@@ -56,117 +57,6 @@ void after_forward(
     AcceleratorState& state,
     const torch::nn::Module& module,
     const std::vector<torch::Tensor>& outputs);
-
-/// The tensors of a forward's output (for DDP's unused-parameter search).
-inline void collect_tensors(
-    const torch::Tensor& t, std::vector<torch::Tensor>& out) {
-  if (t.defined()) {
-    out.push_back(t);
-  }
-}
-inline void collect_tensors(
-    const std::vector<torch::Tensor>& ts, std::vector<torch::Tensor>& out) {
-  for (const auto& t : ts) {
-    collect_tensors(t, out);
-  }
-}
-template <typename T>
-void collect_tensors(const T& /*value*/, std::vector<torch::Tensor>& /*out*/) {}
-template <typename A, typename B>
-void collect_tensors(
-    const std::pair<A, B>& value, std::vector<torch::Tensor>& out) {
-  collect_tensors(value.first, out);
-  collect_tensors(value.second, out);
-}
-template <typename... Ts>
-void collect_tensors(
-    const std::tuple<Ts...>& value, std::vector<torch::Tensor>& out) {
-  std::apply(
-      [&out](const auto&... e) { (collect_tensors(e, out), ...); }, value);
-}
-
-/// accelerate's convert_to_fp32: fp16 and bf16 tensors become float32,
-/// containers are converted element by element, anything else passes.
-inline torch::Tensor convert_to_fp32(torch::Tensor tensor) {
-  if (tensor.defined() && (tensor.scalar_type() == c10::ScalarType::Half ||
-                           tensor.scalar_type() == c10::ScalarType::BFloat16)) {
-    return tensor.to(c10::ScalarType::Float);
-  }
-  return tensor;
-}
-template <typename T>
-T convert_to_fp32(T value) {
-  return value;
-}
-inline std::vector<torch::Tensor> convert_to_fp32(
-    std::vector<torch::Tensor> tensors) {
-  for (auto& t : tensors) {
-    t = convert_to_fp32(std::move(t));
-  }
-  return tensors;
-}
-template <typename A, typename B>
-std::pair<A, B> convert_to_fp32(std::pair<A, B> value) {
-  return {
-      convert_to_fp32(std::move(value.first)),
-      convert_to_fp32(std::move(value.second))};
-}
-template <typename... Ts>
-std::tuple<Ts...> convert_to_fp32(std::tuple<Ts...> value) {
-  return std::apply(
-      [](auto&&... elements) {
-        return std::tuple<Ts...>(convert_to_fp32(std::move(elements))...);
-      },
-      std::move(value));
-}
-
-/// Moves a batch to the device: tensors, torch::data::Example, and vectors
-/// of them; other types pass unchanged.
-inline torch::Tensor to_device(torch::Tensor t, const c10::Device& device) {
-  return t.defined() ? t.to(device) : t;
-}
-template <typename T>
-T to_device(T value, const c10::Device& /*device*/) {
-  return value;
-}
-template <typename Data, typename Target>
-torch::data::Example<Data, Target> to_device(
-    torch::data::Example<Data, Target> example, const c10::Device& device) {
-  return {
-      to_device(std::move(example.data), device),
-      to_device(std::move(example.target), device)};
-}
-template <typename Data>
-torch::data::Example<Data, torch::data::example::NoTarget> to_device(
-    torch::data::Example<Data, torch::data::example::NoTarget> example,
-    const c10::Device& device) {
-  return {to_device(std::move(example.data), device)};
-}
-template <typename T>
-std::vector<T> to_device(std::vector<T> values, const c10::Device& device) {
-  for (auto& v : values) {
-    v = to_device(std::move(v), device);
-  }
-  return values;
-}
-
-/// Samples in a batch: the first dimension of its (data) tensor, the length
-/// of a vector of examples; 0 for anything else.
-inline int64_t batch_size_of(const torch::Tensor& t) {
-  return t.defined() && t.dim() > 0 ? t.size(0) : 0;
-}
-template <typename Data, typename Target>
-int64_t batch_size_of(const torch::data::Example<Data, Target>& example) {
-  return batch_size_of(example.data);
-}
-template <typename T>
-int64_t batch_size_of(const std::vector<T>& values) {
-  return static_cast<int64_t>(values.size());
-}
-template <typename T>
-int64_t batch_size_of(const T& /*value*/) {
-  return 0;
-}
 
 template <typename M>
 std::shared_ptr<torch::nn::Module> module_ptr(const M& model) {
@@ -216,9 +106,8 @@ class PreparedModel : public PreparedModelBase {
       }
       detail::before_forward(*state_, *module_);
       auto output = forward_under_autocast(std::forward<Args>(args)...);
-      std::vector<torch::Tensor> tensors;
-      detail::collect_tensors(output, tensors);
-      detail::after_forward(*state_, *module_, tensors);
+      // Its tensors, for DDP's unused-parameter search.
+      detail::after_forward(*state_, *module_, collect_tensors(output));
       return output;
     } catch (...) {
       diag::rethrow_with_hint();
@@ -244,8 +133,7 @@ class PreparedModel : public PreparedModelBase {
     }
     Autocast guard(*autocast);
     detail::note_forward(*state_);
-    return detail::convert_to_fp32(
-        model_->forward(std::forward<Args>(args)...));
+    return convert_to_fp32(model_->forward(std::forward<Args>(args)...));
   }
 
   ModelType model_;
@@ -376,8 +264,8 @@ class PreparedDataLoader {
         return;
       }
       current_.emplace(
-          detail::to_device(std::move(**it_), detail::device(*owner_->state_)));
-      detail::note_batch(*owner_->state_, detail::batch_size_of(*current_));
+          send_to_device(std::move(**it_), detail::device(*owner_->state_)));
+      detail::note_batch(*owner_->state_, find_batch_size(*current_));
       if (owner_->position_) {
         ++owner_->position_->consumed;
       }

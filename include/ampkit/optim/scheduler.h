@@ -186,10 +186,23 @@ class StepLR : public LRScheduler {
   double gamma_;
 };
 
+/// ReduceLROnPlateau's mode: min reduces when the metric stops decreasing
+/// (a loss), max when it stops increasing (an accuracy).
+enum class PlateauMode { min, max };
+/// rel: better than best * (1 -/+ threshold); abs: better than
+/// best -/+ threshold.
+enum class ThresholdMode { rel, abs };
+
+/// PyTorch's spellings: "min"/"max", "rel"/"abs" (also in state dicts).
+std::string to_string(PlateauMode mode);
+std::string to_string(ThresholdMode mode);
+/// Throws ampkit::InvalidArgument naming the valid values.
+PlateauMode parse_plateau_mode(const std::string& text);
+ThresholdMode parse_threshold_mode(const std::string& text);
+
 struct ReduceLROnPlateauOptions {
-  /// "min": reduce when the metric stops decreasing (a loss); "max": when it
-  /// stops increasing (an accuracy). Default "min".
-  TORCH_ARG(std::string, mode) = "min";
+  /// Default min.
+  TORCH_ARG(PlateauMode, mode) = PlateauMode::min;
   /// new_lr = lr * factor on a plateau; in [0, 1). Default 0.1.
   TORCH_ARG(double, factor) = 0.1;
   /// Steps without improvement tolerated before the lr is reduced; >= 0.
@@ -198,9 +211,8 @@ struct ReduceLROnPlateauOptions {
   /// How much better than the best a metric must be to count as an
   /// improvement (see threshold_mode); >= 0. Default 1e-4.
   TORCH_ARG(double, threshold) = 1e-4;
-  /// "rel": better than best * (1 -/+ threshold); "abs": better than
-  /// best -/+ threshold ("min"/"max" mode). Default "rel".
-  TORCH_ARG(std::string, threshold_mode) = "rel";
+  /// Default rel.
+  TORCH_ARG(ThresholdMode, threshold_mode) = ThresholdMode::rel;
   /// Steps after a reduction during which bad steps are not counted; >= 0.
   /// Default 0.
   TORCH_ARG(int64_t, cooldown) = 0;
