@@ -1,13 +1,17 @@
-// What the examples share: their flag spelling and the resume step of a
-// checkpointed run.
+// What the examples share: their flag spelling, the flags that set up the
+// Accelerator, threads, and the resume step of a checkpointed run.
 #pragma once
 
 #include <ampkit/ampkit.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace examples {
 
@@ -18,10 +22,89 @@ inline std::string flags(const std::string& kebab) {
   return snake == kebab ? "--" + kebab : "--" + kebab + ",--" + snake;
 }
 
+// The flags every example takes; "", 0 and false leave the value to the
+// launcher's environment (AMPKIT_MIXED_PRECISION, ...), else the default.
+struct RunFlags {
+  std::string mixed_precision;
+  int64_t gradient_accumulation_steps = 0;
+  bool cpu = false;
+  int threads = 0;  // 0 = every core
+  std::string log_with;
+  std::string output_dir;
+  uint64_t seed = 42;
+  int64_t checkpointing_steps = 0;     // 0 = no checkpoints
+  std::string resume_from_checkpoint;  // a folder, or "latest"
+};
+
+inline void add_run_flags(CLI::App& app, RunFlags& f) {
+  app.add_option(
+      flags("mixed-precision"),
+      f.mixed_precision,
+      "no, fp16, bf16 or auto (default: the environment, else no)");
+  app.add_option(
+         flags("gradient-accumulation-steps"),
+         f.gradient_accumulation_steps,
+         "micro-batches per optimizer step (default: the environment, else 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag(flags("cpu"), f.cpu, "train on the CPU even with a GPU");
+  app.add_option(
+      flags("threads"), f.threads, "intra-op threads (default: every core)");
+  app.add_option(
+      flags("log-with"),
+      f.log_with,
+      "write the run's metrics into --output-dir: jsonl, csv, tensorboard "
+      "or all (comma-separated); view them with `ampkit report`");
+  app.add_option(
+         flags("checkpointing-steps"),
+         f.checkpointing_steps,
+         "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+      flags("resume-from-checkpoint"),
+      f.resume_from_checkpoint,
+      "a checkpoint folder, or `latest` (the newest complete one under "
+      "OUTPUT_DIR/checkpoints; none yet starts fresh)");
+  app.add_option(
+      flags("output-dir"),
+      f.output_dir,
+      "the run directory: summary.json and the --log-with files");
+  app.add_option(flags("seed"), f.seed, "random seed");
+}
+
+// Sets LibTorch's intra-op threads (0: every core) and returns the count.
+inline int set_threads(int threads) {
+  const int n =
+      threads > 0
+          ? threads
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(n);
+  return n;
+}
+
 // The run directory is --output-dir itself: project_dir is its parent.
 inline std::string project_dir_of(const std::filesystem::path& output_dir) {
   return output_dir.has_parent_path() ? output_dir.parent_path().string()
                                       : std::string(".");
+}
+
+// The Accelerator's options from the flags.
+inline ampkit::AcceleratorOptions accelerator_options(const RunFlags& f) {
+  ampkit::AcceleratorOptions options;
+  options.seed(f.seed);
+  if (!f.mixed_precision.empty()) {
+    options.mixed_precision(f.mixed_precision);
+  }
+  if (f.gradient_accumulation_steps > 0) {
+    options.gradient_accumulation_steps(f.gradient_accumulation_steps);
+  }
+  if (f.cpu) {
+    options.cpu(true);
+  }
+  options.project_dir(project_dir_of(f.output_dir));
+  if (!f.log_with.empty()) {
+    options.log_with(f.log_with).auto_log(true);
+  }
+  return options;
 }
 
 // --resume-from-checkpoint: a folder, or `latest`, the newest complete

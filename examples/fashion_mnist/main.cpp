@@ -51,24 +51,18 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-struct Args {
+struct Args : examples::RunFlags {
+  Args() {
+    output_dir = "fashion_mnist_output";
+  }
   int64_t epochs = 2;
   int64_t max_steps = 0;  // 0 = no limit
   int64_t batch_size = 64;
   double lr = 2e-3;
-  std::string mixed_precision;  // "" = AMPKIT_MIXED_PRECISION, else no
-  int64_t gradient_accumulation_steps = 0;  // 0 = environment, else 1
-  bool cpu = false;
-  int threads = 0;          // 0 = every core
   int64_t limit_train = 0;  // 0 = all 60000
   int64_t limit_test = 0;   // 0 = all 10000
-  std::string log_with;     // "" = none
   double min_accuracy = 0;  // exit 1 below this (for CI)
   std::string data_dir = ampkit::data::kFashionMnistDir;
-  std::string output_dir = "fashion_mnist_output";
-  uint64_t seed = 42;
-  int64_t checkpointing_steps = 0;     // 0 = no checkpoints
-  std::string resume_from_checkpoint;  // a folder, or "latest"
 };
 
 std::optional<size_t> limit(int64_t n) {
@@ -100,28 +94,10 @@ double accuracy(
 }
 
 int run(const Args& args) {
-  const int threads =
-      args.threads > 0
-          ? args.threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
-
-  ampkit::AcceleratorOptions options;
-  options.seed(args.seed);
-  if (!args.mixed_precision.empty()) {
-    options.mixed_precision(args.mixed_precision);
-  }
-  if (args.gradient_accumulation_steps > 0) {
-    options.gradient_accumulation_steps(args.gradient_accumulation_steps);
-  }
-  if (args.cpu) {
-    options.cpu(true);
-  }
+  const int threads = examples::set_threads(args.threads);
   const std::filesystem::path output_dir(args.output_dir);
-  options.project_dir(examples::project_dir_of(output_dir));
-  if (!args.log_with.empty()) {
-    options.log_with(args.log_with).auto_log(true);
-  }
+  const ampkit::AcceleratorOptions options =
+      examples::accelerator_options(args);
   ampkit::Accelerator accelerator(options);
   std::cerr << "fashion_mnist: ampkit " << AMPKIT_VERSION << ", LibTorch "
             << TORCH_VERSION << ", " << threads << " threads\n";
@@ -323,21 +299,6 @@ int main(int argc, char** argv) {
   app.add_option(examples::flags("lr"), args.lr, "AdamW peak learning rate")
       ->check(CLI::PositiveNumber);
   app.add_option(
-      examples::flags("mixed-precision"),
-      args.mixed_precision,
-      "no, fp16, bf16 or auto (default: the environment, else no)");
-  app.add_option(
-         examples::flags("gradient-accumulation-steps"),
-         args.gradient_accumulation_steps,
-         "micro-batches per optimizer step (default: the environment, else 1)")
-      ->check(CLI::PositiveNumber);
-  app.add_flag(
-      examples::flags("cpu"), args.cpu, "train on the CPU even with a GPU");
-  app.add_option(
-      examples::flags("threads"),
-      args.threads,
-      "intra-op threads (default: every core)");
-  app.add_option(
       examples::flags("limit-train"),
       args.limit_train,
       "use only the first N training images");
@@ -346,11 +307,6 @@ int main(int argc, char** argv) {
       args.limit_test,
       "use only the first N test images");
   app.add_option(
-      examples::flags("log-with"),
-      args.log_with,
-      "write the run's metrics into --output-dir: jsonl, csv, tensorboard "
-      "or all (comma-separated); view them with `ampkit report`");
-  app.add_option(
       examples::flags("min-accuracy"),
       args.min_accuracy,
       "exit 1 when the final test accuracy is below this");
@@ -358,21 +314,7 @@ int main(int argc, char** argv) {
       examples::flags("data-dir"),
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
-  app.add_option(
-         examples::flags("checkpointing-steps"),
-         args.checkpointing_steps,
-         "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option(
-      examples::flags("resume-from-checkpoint"),
-      args.resume_from_checkpoint,
-      "a checkpoint folder, or `latest` (the newest complete one under "
-      "OUTPUT_DIR/checkpoints; none yet starts fresh)");
-  app.add_option(
-      examples::flags("output-dir"),
-      args.output_dir,
-      "the run directory: summary.json and the --log-with files");
-  app.add_option(examples::flags("seed"), args.seed, "random seed");
+  examples::add_run_flags(app, args);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);

@@ -140,7 +140,10 @@ class Windows : public torch::data::datasets::
   int64_t count_ = 0;
 };
 
-struct Args {
+struct Args : examples::RunFlags {
+  Args() {
+    output_dir = "gpt_output";
+  }
   std::string config = "tiny";
   int64_t seq_len = 0;     // 0: the configuration's block size
   int64_t batch_size = 0;  // 0: the configuration's
@@ -149,23 +152,14 @@ struct Args {
   double lr = 0;          // 0: the configuration's
   double weight_decay = 0.1;
   double dropout = 0;
-  std::string mixed_precision;
-  int64_t gradient_accumulation_steps = 0;
-  bool cpu = false;
-  int threads = 0;
   int64_t eval_interval = 0;  // 0: only at the end
   int64_t eval_windows = 64;
   int64_t log_interval = 20;
   int64_t untimed_steps = 0;
   int64_t limit_train = 0;
-  std::string log_with;
   double max_val_loss = 0;  // exit 1 above this (for CI); 0: no bound
   int64_t sample_chars = 200;
   std::string data_file = AMPKIT_GPT_CORPUS;
-  std::string output_dir = "gpt_output";
-  uint64_t seed = 42;
-  int64_t checkpointing_steps = 0;
-  std::string resume_from_checkpoint;
 };
 
 struct Preset {
@@ -250,28 +244,10 @@ std::string sample(
 }
 
 int run(const Args& args) {
-  const int threads =
-      args.threads > 0
-          ? args.threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
-
-  ampkit::AcceleratorOptions options;
-  options.seed(args.seed);
-  if (!args.mixed_precision.empty()) {
-    options.mixed_precision(args.mixed_precision);
-  }
-  if (args.gradient_accumulation_steps > 0) {
-    options.gradient_accumulation_steps(args.gradient_accumulation_steps);
-  }
-  if (args.cpu) {
-    options.cpu(true);
-  }
+  const int threads = examples::set_threads(args.threads);
   const std::filesystem::path output_dir(args.output_dir);
-  options.project_dir(examples::project_dir_of(output_dir));
-  if (!args.log_with.empty()) {
-    options.log_with(args.log_with).auto_log(true);
-  }
+  const ampkit::AcceleratorOptions options =
+      examples::accelerator_options(args);
   ampkit::Accelerator accelerator(options);
   std::cerr << "gpt: ampkit " << AMPKIT_VERSION << ", LibTorch "
             << TORCH_VERSION << ", " << threads << " threads\n";
@@ -553,21 +529,6 @@ int main(int argc, char** argv) {
          examples::flags("dropout"), args.dropout, "dropout probability")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option(
-      examples::flags("mixed-precision"),
-      args.mixed_precision,
-      "no, fp16, bf16 or auto (default: the environment, else no)");
-  app.add_option(
-         examples::flags("gradient-accumulation-steps"),
-         args.gradient_accumulation_steps,
-         "micro-batches per optimizer step (default: the environment, else 1)")
-      ->check(CLI::PositiveNumber);
-  app.add_flag(
-      examples::flags("cpu"), args.cpu, "train on the CPU even with a GPU");
-  app.add_option(
-      examples::flags("threads"),
-      args.threads,
-      "intra-op threads (default: every core)");
-  app.add_option(
          examples::flags("eval-interval"),
          args.eval_interval,
          "validation loss every N optimizer steps (0: at the end only)")
@@ -593,11 +554,6 @@ int main(int argc, char** argv) {
          "use only the first N training windows")
       ->check(CLI::NonNegativeNumber);
   app.add_option(
-      examples::flags("log-with"),
-      args.log_with,
-      "write the run's metrics into --output-dir: jsonl, csv, tensorboard or "
-      "all");
-  app.add_option(
       examples::flags("max-val-loss"),
       args.max_val_loss,
       "exit 1 when the final validation loss is above this");
@@ -608,20 +564,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option(
       examples::flags("data-file"), args.data_file, "the training text");
-  app.add_option(
-         examples::flags("checkpointing-steps"),
-         args.checkpointing_steps,
-         "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option(
-      examples::flags("resume-from-checkpoint"),
-      args.resume_from_checkpoint,
-      "a checkpoint folder, or `latest`");
-  app.add_option(
-      examples::flags("output-dir"),
-      args.output_dir,
-      "the run directory: summary.json and the --log-with files");
-  app.add_option(examples::flags("seed"), args.seed, "random seed");
+  examples::add_run_flags(app, args);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);
