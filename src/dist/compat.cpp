@@ -129,6 +129,21 @@ std::unique_ptr<c10d::Reducer> construct_reducer(ReducerArgs& a) {
   using Limits = std::vector<size_t>;
   using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
   using Names = std::unordered_map<size_t, std::string>;
+  // 2.8 and later drop per_bucket_size_limits and add trailing flags; the
+  // leading arguments stay the same.
+  auto without_limits = [&](auto&&... tail) {
+    return std::make_unique<R>(
+        std::move(a.params),
+        std::move(a.bucket_indices),
+        std::move(a.group),
+        expect_sparse,
+        a.bucket_bytes_cap,
+        a.find_unused_parameters,
+        a.gradient_as_bucket_view,
+        std::move(a.param_names),
+        a.first_bucket_bytes_cap,
+        std::forward<decltype(tail)>(tail)...);
+  };
   if constexpr (std::is_constructible_v<
                     R,
                     Params,
@@ -168,18 +183,7 @@ std::unique_ptr<c10d::Reducer> construct_reducer(ReducerArgs& a) {
                            bool>) {
     // 2.8 .. 2.10: skip_all_reduce_unused_params and use_python_reducer
     // (false, false: Python DDP's defaults).
-    return std::make_unique<R>(
-        std::move(a.params),
-        std::move(a.bucket_indices),
-        std::move(a.group),
-        expect_sparse,
-        a.bucket_bytes_cap,
-        a.find_unused_parameters,
-        a.gradient_as_bucket_view,
-        std::move(a.param_names),
-        a.first_bucket_bytes_cap,
-        false,
-        false);
+    return without_limits(false, false);
   } else if constexpr (std::is_constructible_v<
                            R,
                            Params,
@@ -197,35 +201,10 @@ std::unique_ptr<c10d::Reducer> construct_reducer(ReducerArgs& a) {
     // 2.11: bucket_bytes_cap_list, empty as Python DDP passes it without
     // bucket_cap_mb_list (the Reducer then rebuilds buckets by
     // first_bucket_bytes_cap and bucket_bytes_cap).
-    return std::make_unique<R>(
-        std::move(a.params),
-        std::move(a.bucket_indices),
-        std::move(a.group),
-        expect_sparse,
-        a.bucket_bytes_cap,
-        a.find_unused_parameters,
-        a.gradient_as_bucket_view,
-        std::move(a.param_names),
-        a.first_bucket_bytes_cap,
-        false,
-        false,
-        std::vector<int64_t>{});
+    return without_limits(false, false, std::vector<int64_t>{});
   } else {
     // Newer (main after the 2.11 cut): batched gradient copies as well.
-    return std::make_unique<R>(
-        std::move(a.params),
-        std::move(a.bucket_indices),
-        std::move(a.group),
-        expect_sparse,
-        a.bucket_bytes_cap,
-        a.find_unused_parameters,
-        a.gradient_as_bucket_view,
-        std::move(a.param_names),
-        a.first_bucket_bytes_cap,
-        false,
-        false,
-        std::vector<int64_t>{},
-        false);
+    return without_limits(false, false, std::vector<int64_t>{}, false);
   }
 }
 }  // namespace
