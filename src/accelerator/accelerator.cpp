@@ -1,22 +1,18 @@
-// The Accelerator and its prepared objects: accelerate's semantics for
-// mixed precision, gradient accumulation, clipping and scheduler stepping.
+// The Accelerator: construction, prepare(), and accelerate's semantics for
+// mixed precision, gradient accumulation and gradient clipping.
 #include "ampkit/accelerator/accelerator.h"
 
 #include <torch/cuda.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
-#include <filesystem>
 #include <iostream>
-#include <limits>
 #include <sstream>
 
 #include "accelerator/state.h"
-#include "amp/compat.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"
@@ -44,20 +40,6 @@ void AcceleratorState::update_scaler() {
   for (auto& entry : optimizers) {
     entry.stepped = false;
     entry.unscaled = false;
-  }
-}
-
-double wall_time_now() {
-  return std::chrono::duration<double>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-void log_to_trackers(
-    AcceleratorState& state, const track::Metrics& metrics, int64_t step) {
-  const double now = wall_time_now();
-  for (auto& tracker : state.trackers) {
-    tracker->log(metrics, step, now);
   }
 }
 
@@ -301,65 +283,6 @@ Accelerator::~Accelerator() {
     std::cerr << "ampkit: warning: closing the trackers failed: " << e.what()
               << std::endl;
   }
-}
-
-void Accelerator::init_trackers(
-    const std::string& project_name, const track::RunConfig& config) {
-  auto& st = *state_;
-  if (st.options.log_with.empty()) {
-    throw UsageError(
-        kComponent,
-        "init_trackers needs log_with to name a tracker, got none. Set "
-        "AcceleratorOptions().log_with(\"jsonl\") (or csv, tensorboard, "
-        "all), or log_with in the config file.");
-  }
-  if (project_name.empty() || project_name.find('/') != std::string::npos ||
-      project_name == "." || project_name == "..") {
-    throw InvalidArgument(
-        kComponent,
-        "init_trackers needs a project name usable as a folder name, got '" +
-            project_name + "'. Use letters, digits, '-' or '_'.");
-  }
-  if (!st.trackers.empty()) {
-    throw UsageError(
-        kComponent,
-        "init_trackers was already called for " + st.run_dir +
-            ". Call it once per run, or end_training() first.");
-  }
-  st.run_dir =
-      (std::filesystem::path(st.options.project_dir) / project_name).string();
-  if (!is_main_process()) {
-    return;
-  }
-  track::RunConfig run_config;
-  for (const auto& row : st.options.rows) {
-    run_config[row.name] = row.value;
-  }
-  for (const auto& [key, value] : config) {
-    run_config[key] = value;
-  }
-  for (const auto& name : st.options.log_with) {
-    st.trackers.push_back(track::make_tracker(name, st.run_dir, run_config));
-  }
-  st.last_log_time = std::chrono::steady_clock::now();
-  st.samples_since_log = 0;
-}
-
-void Accelerator::log(
-    const track::Metrics& metrics, std::optional<int64_t> step) {
-  detail::log_to_trackers(
-      *state_, metrics, step.value_or(state_->optimizer_steps));
-}
-
-void Accelerator::end_training() {
-  for (auto& tracker : state_->trackers) {
-    tracker->finish();
-  }
-  state_->trackers.clear();
-}
-
-const std::string& Accelerator::run_dir() const {
-  return state_->run_dir;
 }
 
 int64_t Accelerator::optimizer_steps() const {
@@ -690,157 +613,6 @@ Autocast Accelerator::autocast() const {
   return Autocast(*state_->autocast);
 }
 
-bool Accelerator::is_main_process() const {
-  return state_->process_index == 0;
-}
-
-bool Accelerator::is_local_main_process() const {
-  return state_->local_process_index == 0;
-}
-
-int64_t Accelerator::process_index() const {
-  return state_->process_index;
-}
-
-int64_t Accelerator::local_process_index() const {
-  return state_->local_process_index;
-}
-
-int64_t Accelerator::num_processes() const {
-  return state_->num_processes;
-}
-
-void Accelerator::wait_for_everyone() {
-  if (state_->group) {
-    state_->group->barrier();
-  }
-}
-
-torch::Tensor Accelerator::gather(const torch::Tensor& tensor) {
-  const torch::Tensor t = tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor;
-  if (!state_->group) {
-    return t;
-  }
-  return torch::cat(state_->group->all_gather(t), 0);
-}
-
-torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {
-  torch::Tensor all = gather(tensor);
-  auto& st = *state_;
-  if (st.group && st.end_of_dataloader && st.gather_remainder > 0 &&
-      st.gather_remainder < all.size(0)) {
-    return all.narrow(0, 0, st.gather_remainder);
-  }
-  return all;
-}
-
-torch::Tensor Accelerator::reduce(const torch::Tensor& tensor, ReduceOp op) {
-  if (!state_->group) {
-    // The sum, mean and max of one process's tensor are the tensor.
-    return tensor;
-  }
-  torch::Tensor t = tensor.clone();
-  if (op == ReduceOp::mean && !t.is_floating_point()) {
-    t = t.to(torch::kFloat);
-  }
-  state_->group->all_reduce(t, op);
-  return t;
-}
-
-torch::Tensor Accelerator::broadcast(
-    const torch::Tensor& tensor, int64_t from_process) {
-  if (from_process < 0 || from_process >= num_processes()) {
-    throw InvalidArgument(
-        kComponent,
-        "broadcast from_process must be in [0, " +
-            std::to_string(num_processes()) + "), got " +
-            std::to_string(from_process) + ".");
-  }
-  if (!state_->group) {
-    return tensor;
-  }
-  torch::Tensor t = tensor.clone();
-  state_->group->broadcast(t, from_process);
-  return t;
-}
-
-torch::Tensor Accelerator::pad_across_processes(
-    const torch::Tensor& tensor,
-    int64_t dim,
-    double pad_index,
-    bool pad_first) {
-  if (tensor.dim() == 0 || dim < -tensor.dim() || dim >= tensor.dim()) {
-    throw InvalidArgument(
-        kComponent,
-        "pad_across_processes needs dim within the tensor's " +
-            std::to_string(tensor.dim()) + " dimensions, got " +
-            std::to_string(dim) + ".");
-  }
-  if (!state_->group) {
-    return tensor;
-  }
-  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
-  auto size = torch::tensor({tensor.size(d)}, torch::kLong).to(tensor.device());
-  state_->group->all_reduce(size, dist::ReduceOp::max);
-  const int64_t longest = size.cpu().item<int64_t>();
-  if (longest == tensor.size(d)) {
-    return tensor;
-  }
-  auto shape = tensor.sizes().vec();
-  shape[d] = longest;
-  auto out = torch::full(shape, pad_index, tensor.options());
-  const int64_t start = pad_first ? longest - tensor.size(d) : 0;
-  out.narrow(d, start, tensor.size(d)).copy_(tensor);
-  return out;
-}
-
-std::tuple<int64_t, int64_t, int64_t> Accelerator::share_of(int64_t n) const {
-  const int64_t w = num_processes();
-  const int64_t i = process_index();
-  const int64_t per = n / w;
-  const int64_t extra = n % w;
-  const int64_t begin = i * per + std::min(i, extra);
-  const int64_t end = begin + per + (i < extra ? 1 : 0);
-  return {begin, end, per + (extra > 0 ? 1 : 0)};
-}
-
-Accelerator::MainProcessFirst::MainProcessFirst(Accelerator& accelerator)
-    : accelerator_(accelerator) {
-  if (!accelerator_.is_main_process()) {
-    accelerator_.wait_for_everyone();
-  }
-}
-
-Accelerator::MainProcessFirst::~MainProcessFirst() noexcept(false) {
-  if (accelerator_.is_main_process() && std::uncaught_exceptions() == 0) {
-    accelerator_.wait_for_everyone();
-  }
-}
-
-Accelerator::MainProcessFirst Accelerator::main_process_first() {
-  return MainProcessFirst(*this);
-}
-
-void Accelerator::set_trigger() {
-  state_->trigger = true;
-}
-
-bool Accelerator::check_trigger() {
-  auto flag = torch::tensor({state_->trigger ? 1L : 0L}, torch::kLong);
-  if (state_->group) {
-    state_->group->all_reduce(flag, dist::ReduceOp::max);
-  }
-  const bool any = flag.item<int64_t>() > 0;
-  if (any) {
-    state_->trigger = false;
-  }
-  return any;
-}
-
-dist::ProcessGroup* Accelerator::process_group() const {
-  return state_->group.get();
-}
-
 void Accelerator::throw_unsized_dataset() const {
   throw InvalidArgument(
       kComponent,
@@ -858,144 +630,6 @@ void Accelerator::throw_unsharded_loader() const {
           "read the same batches. Build it with "
           "`accelerator.prepare_data_loader(std::move(dataset), "
           "torch::data::DataLoaderOptions(batch_size))`.");
-}
-
-void Accelerator::print_line(const std::string& line) const {
-  std::cout << line << std::endl;
-}
-
-void PreparedOptimizer::step() {
-  try {
-    step_unhinted();
-  } catch (...) {
-    diag::rethrow_with_hint();
-  }
-}
-
-void PreparedOptimizer::step_unhinted() {
-  auto& st = *state_;
-  if (!st.sync_gradients) {
-    return;
-  }
-  auto& entry = st.optimizers[index_];
-  if (!st.scaler && st.options.detect_anomaly) {
-    if (const std::string* name = st.first_non_finite_gradient()) {
-      throw TrainingDiverged(
-          kComponent,
-          "detect_anomaly: the gradient of " + *name +
-              " is non-finite at step " +
-              std::to_string(st.optimizer_steps + 1) +
-              ", got inf/NaN; the step was not taken. Lower the learning "
-              "rate, clip gradients (clip_grad_norm_), or look for an "
-              "overflowing op in the forward (fp16: use loss scaling).");
-    }
-  }
-  if (!st.scaler) {
-    // Re-checked each step: parameters can change dtype or layout between
-    // steps, and the check is a few flag reads per parameter.
-    if (entry.fused == detail::FusedStep::aten &&
-        !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
-      optim::aten_fused_step(*optimizer_);
-    } else if (
-        entry.fused == detail::FusedStep::ampkit &&
-        !detail::fused_step_unsupported_reason(*optimizer_)) {
-      detail::fused_step(*optimizer_);
-    } else {
-      optimizer_->step();
-    }
-    entry.skipped = false;
-    if (index_ == 0) {
-      st.after_optimizer_step(false);
-    }
-    return;
-  }
-  if (entry.stepped) {
-    // Stepped twice without a backward in between: finish the last one.
-    st.update_scaler();
-  }
-  if (entry.fused == detail::FusedStep::aten &&
-      !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
-    const torch::Tensor found_inf = st.scaler->step_supporting_amp_scaling(
-        *optimizer_,
-        [&](const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
-          optim::aten_fused_step(*optimizer_, grad_scale, found_inf);
-        });
-    // aten_fused_step read it already (step counts): no further sync.
-    entry.skipped = found_inf.item<float>() != 0.0f;
-  } else {
-    entry.skipped = !st.scaler->step(*optimizer_).has_value();
-  }
-  entry.stepped = true;
-  st.scaler_update_pending = true;
-  bool all_stepped = true;
-  for (const auto& e : st.optimizers) {
-    all_stepped = all_stepped && e.stepped;
-  }
-  if (all_stepped) {
-    st.update_scaler();
-  }
-  if (index_ == 0) {
-    st.after_optimizer_step(entry.skipped);
-  }
-}
-
-void PreparedOptimizer::zero_grad(bool set_to_none) {
-  if (!state_->sync_gradients) {
-    return;
-  }
-  for (auto& group : optimizer_->param_groups()) {
-    for (auto& p : group.params()) {
-      auto& grad = p.mutable_grad();
-      if (!grad.defined()) {
-        continue;
-      }
-      if (set_to_none) {
-        grad = torch::Tensor();
-      } else {
-        grad = grad.detach();
-        grad.zero_();
-      }
-    }
-  }
-}
-
-bool PreparedOptimizer::step_was_skipped() const {
-  return state_->optimizers[index_].skipped;
-}
-
-bool PreparedScheduler::should_step() const {
-  const auto& st = *state_;
-  if (!st.options.step_scheduler_with_optimizer) {
-    return true;
-  }
-  if (!st.sync_gradients) {
-    return false;
-  }
-  for (const auto& entry : st.optimizers) {
-    if (entry.skipped) {
-      return false;
-    }
-  }
-  return true;
-}
-
-void PreparedScheduler::step() {
-  if (!should_step()) {
-    return;
-  }
-  // As accelerate: a schedule written for one process advances once per
-  // process, since each optimizer step consumed num_processes batches.
-  const bool per_process = state_->options.step_scheduler_with_optimizer;
-  const int64_t times = per_process ? state_->num_processes : 1;
-  for (int64_t i = 0; i < times; ++i) {
-    scheduler_->step();
-  }
-}
-
-void PreparedScheduler::step(double metric) {
-  // A metric-driven schedule steps on each evaluation, whatever the last
-  // optimizer step did.
-  scheduler_->step(metric);
 }
 
 }  // namespace ampkit

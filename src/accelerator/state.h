@@ -125,4 +125,9 @@ struct AcceleratorState {
 void move_optimizer_state(
     torch::optim::Optimizer& optimizer, const c10::Device& device);
 
+/// Logs `metrics` at `step` to every tracker (there are none off the main
+/// process), stamped with the current wall time.
+void log_to_trackers(
+    AcceleratorState& state, const track::Metrics& metrics, int64_t step);
+
 }  // namespace ampkit::detail

@@ -1,36 +1,25 @@
-// LR schedulers: PyTorch 1.13's torch/optim/lr_scheduler.py step and state
-// rules, and transformers' optimization.py warmup lambdas, in C++.
+// LR schedulers: the LRScheduler base with PyTorch 1.13's step and state_dict
+// rules, and the helpers the schedulers share (optim/scheduler_internal.h).
 #include "ampkit/optim/scheduler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <sstream>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ampkit/error.h"
+#include "optim/scheduler_internal.h"
 
 #include "utils/strings.h"
 
 namespace ampkit::optim {
 
-namespace {
-
-// Python's math.pi; the cosine schedule must compute the same doubles.
-constexpr double kPi = 3.141592653589793;
-constexpr const char* kKinds =
-    "constant_with_warmup, linear_with_warmup, cosine_with_warmup, step, "
-    "reduce_on_plateau";
+namespace detail {
 
 std::string in_quotes(const std::string& s) {
   return "\"" + s + "\"";
-}
-
-std::string keys_of(const StateDict& state) {
-  std::string out;
-  for (const auto& kv : state) {
-    out += (out.empty() ? "" : ", ") + kv.first;
-  }
-  return out.empty() ? "(none)" : out;
 }
 
 void check_num_warmup_steps(const char* component, int64_t v) {
@@ -52,84 +41,46 @@ void check_num_training_steps(const char* component, int64_t v) {
   }
 }
 
-void check_num_cycles(const char* component, double v) {
-  if (!(v >= 0.0) || !std::isfinite(v)) {
-    throw InvalidArgument(
-        component,
-        "num_cycles must be >= 0 and finite, got " + detail::exact_number(v) +
-            ". It counts the cosine waves after warmup; 0.5 (the default) "
-            "decays once from the base lr to 0.");
-  }
-}
-
-void check_step_size(const char* component, int64_t v) {
-  if (v < 1) {
-    throw InvalidArgument(
-        component,
-        "step_size must be >= 1, got " + std::to_string(v) +
-            ". It is the number of steps between two decays by gamma.");
-  }
-}
-
-void check_gamma(const char* component, double v) {
-  if (!(v > 0.0) || !std::isfinite(v)) {
-    throw InvalidArgument(
-        component,
-        "gamma must be > 0 and finite, got " + detail::exact_number(v) +
-            ". It multiplies the lr every step_size steps; PyTorch's default "
-            "is 0.1.");
-  }
-}
-
-constexpr const char* kPlateau = "ReduceLROnPlateau";
-
-void check_non_negative(const char* what, int64_t v, const char* hint) {
+void check_counter(
+    const std::string& component, const std::string& key, int64_t v) {
   if (v < 0) {
     throw InvalidArgument(
-        kPlateau,
-        std::string(what) + " must be >= 0, got " + std::to_string(v) + ". " +
-            hint);
+        component,
+        "state key " + in_quotes(key) + " must be >= 0, got " +
+            std::to_string(v) + ". Load a value saved by state_dict().");
   }
 }
 
-void check_non_negative(const char* what, double v, const char* hint) {
-  if (!(v >= 0.0) || !std::isfinite(v)) {
-    throw InvalidArgument(
-        kPlateau,
-        std::string(what) + " must be >= 0 and finite, got " +
-            detail::exact_number(v) + ". " + hint);
-  }
+double warmup_ramp(int64_t step, int64_t num_warmup_steps) {
+  return double(step) / double(std::max<int64_t>(1, num_warmup_steps));
 }
 
-void validate(const ReduceLROnPlateauOptions& o) {
-  // mode and threshold_mode are enums: parse_* checked the strings.
-  if (!(o.factor() >= 0.0 && o.factor() < 1.0)) {
-    throw InvalidArgument(
-        kPlateau,
-        "factor must be in [0, 1), got " + detail::exact_number(o.factor()) +
-            ". It multiplies the lr on a plateau; PyTorch's default is 0.1.");
+std::vector<double> times(const std::vector<double>& lrs, double factor) {
+  std::vector<double> out;
+  out.reserve(lrs.size());
+  for (double lr : lrs) {
+    out.push_back(lr * factor);
   }
-  check_non_negative(
-      "patience",
-      o.patience(),
-      "It is the number of steps without improvement tolerated before the lr "
-      "is reduced; PyTorch's default is 10.");
-  check_non_negative(
-      "threshold",
-      o.threshold(),
-      "It is how much better than the best a metric must be; PyTorch's "
-      "default is 1e-4.");
-  check_non_negative(
-      "cooldown",
-      o.cooldown(),
-      "It is the number of steps after a reduction in which bad steps are "
-      "not counted; PyTorch's default is 0.");
-  check_non_negative(
-      "min_lr", o.min_lr(), "It is the lowest lr of every group; default 0.");
-  check_non_negative(
-      "eps",
-      o.eps(),
-      "Reductions smaller than eps are skipped; PyTorch's default is 1e-8.");
+  return out;
+}
+
+}  // namespace detail
+
+using detail::check_counter;
+using detail::in_quotes;
+
+namespace {
+
+constexpr const char* kKinds =
+    "constant_with_warmup, linear_with_warmup, cosine_with_warmup, step, "
+    "reduce_on_plateau";
+
+std::string keys_of(const StateDict& state) {
+  std::string out;
+  for (const auto& kv : state) {
+    out += (out.empty() ? "" : ", ") + kv.first;
+  }
+  return out.empty() ? "(none)" : out;
 }
 
 // `value` in the representation `like` (saved by state_dict()) has:
@@ -153,7 +104,7 @@ c10::IValue coerce(
     throw InvalidArgument(
         component,
         where + " must be an integer, got " +
-            (value.isDouble() ? detail::exact_number(value.toDouble())
+            (value.isDouble() ? ampkit::detail::exact_number(value.toDouble())
                               : "a value of type " + value.tagKind()) +
             "." + fix);
   }
@@ -209,33 +160,10 @@ void check_lrs(
       throw InvalidArgument(
           component,
           "state key " + in_quotes(key) + " must hold finite lrs >= 0, got " +
-              detail::exact_number(lrs[i]) + " for param group " +
+              ampkit::detail::exact_number(lrs[i]) + " for param group " +
               std::to_string(i) + ". Load a value saved by state_dict().");
     }
   }
-}
-
-void check_counter(
-    const std::string& component, const std::string& key, int64_t v) {
-  if (v < 0) {
-    throw InvalidArgument(
-        component,
-        "state key " + in_quotes(key) + " must be >= 0, got " +
-            std::to_string(v) + ". Load a value saved by state_dict().");
-  }
-}
-
-double warmup_ramp(int64_t step, int64_t num_warmup_steps) {
-  return double(step) / double(std::max<int64_t>(1, num_warmup_steps));
-}
-
-std::vector<double> times(const std::vector<double>& lrs, double factor) {
-  std::vector<double> out;
-  out.reserve(lrs.size());
-  for (double lr : lrs) {
-    out.push_back(lr * factor);
-  }
-  return out;
 }
 
 }  // namespace
@@ -258,7 +186,7 @@ void LRScheduler::step(double metric) {
   throw UsageError(
       component(),
       "step(metric) is only for ReduceLROnPlateau, got step(" +
-          detail::exact_number(metric) + ") on a " + in_quotes(name()) +
+          ampkit::detail::exact_number(metric) + ") on a " + in_quotes(name()) +
           " scheduler. Call step() after each optimizer step; this schedule "
           "depends on the step count alone.");
 }
@@ -406,294 +334,6 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   base_lrs_ = std::move(base_lrs);
   step_count_ = step_count;
   apply_lrs(last_lr);
-}
-
-// ------------------------------------------------------ ConstantWithWarmup
-
-ConstantWithWarmup::ConstantWithWarmup(
-    torch::optim::Optimizer& optimizer, int64_t num_warmup_steps)
-    : LRScheduler(optimizer), num_warmup_steps_(num_warmup_steps) {
-  check_num_warmup_steps("ConstantWithWarmup", num_warmup_steps);
-  initial_step();
-}
-
-std::vector<double> ConstantWithWarmup::get_lr() const {
-  const int64_t step = last_epoch_;
-  const double factor =
-      step < num_warmup_steps_ ? warmup_ramp(step, num_warmup_steps_) : 1.0;
-  return times(base_lrs_, factor);
-}
-
-void ConstantWithWarmup::save_own_state(StateDict& state) const {
-  state["num_warmup_steps"] = num_warmup_steps_;
-}
-
-void ConstantWithWarmup::load_own_state(const StateDict& state) {
-  const int64_t warmup = state.at("num_warmup_steps").toInt();
-  check_num_warmup_steps("ConstantWithWarmup", warmup);
-  num_warmup_steps_ = warmup;
-}
-
-// -------------------------------------------------------- LinearWithWarmup
-
-LinearWithWarmup::LinearWithWarmup(
-    torch::optim::Optimizer& optimizer,
-    int64_t num_warmup_steps,
-    int64_t num_training_steps)
-    : LRScheduler(optimizer),
-      num_warmup_steps_(num_warmup_steps),
-      num_training_steps_(num_training_steps) {
-  check_num_warmup_steps("LinearWithWarmup", num_warmup_steps);
-  check_num_training_steps("LinearWithWarmup", num_training_steps);
-  initial_step();
-}
-
-std::vector<double> LinearWithWarmup::get_lr() const {
-  const int64_t step = last_epoch_;
-  if (step < num_warmup_steps_) {
-    return times(base_lrs_, warmup_ramp(step, num_warmup_steps_));
-  }
-  const double factor = std::max(
-      0.0,
-      double(num_training_steps_ - step) /
-          double(
-              std::max<int64_t>(1, num_training_steps_ - num_warmup_steps_)));
-  return times(base_lrs_, factor);
-}
-
-void LinearWithWarmup::save_own_state(StateDict& state) const {
-  state["num_warmup_steps"] = num_warmup_steps_;
-  state["num_training_steps"] = num_training_steps_;
-}
-
-void LinearWithWarmup::load_own_state(const StateDict& state) {
-  const int64_t warmup = state.at("num_warmup_steps").toInt();
-  const int64_t total = state.at("num_training_steps").toInt();
-  check_num_warmup_steps("LinearWithWarmup", warmup);
-  check_num_training_steps("LinearWithWarmup", total);
-  num_warmup_steps_ = warmup;
-  num_training_steps_ = total;
-}
-
-// -------------------------------------------------------- CosineWithWarmup
-
-CosineWithWarmup::CosineWithWarmup(
-    torch::optim::Optimizer& optimizer,
-    int64_t num_warmup_steps,
-    int64_t num_training_steps,
-    double num_cycles)
-    : LRScheduler(optimizer),
-      num_warmup_steps_(num_warmup_steps),
-      num_training_steps_(num_training_steps),
-      num_cycles_(num_cycles) {
-  check_num_warmup_steps("CosineWithWarmup", num_warmup_steps);
-  check_num_training_steps("CosineWithWarmup", num_training_steps);
-  check_num_cycles("CosineWithWarmup", num_cycles);
-  initial_step();
-}
-
-std::vector<double> CosineWithWarmup::get_lr() const {
-  const int64_t step = last_epoch_;
-  if (step < num_warmup_steps_) {
-    return times(base_lrs_, warmup_ramp(step, num_warmup_steps_));
-  }
-  const double progress =
-      double(step - num_warmup_steps_) /
-      double(std::max<int64_t>(1, num_training_steps_ - num_warmup_steps_));
-  // Left to right as in Python, so that the doubles are the same.
-  const double factor =
-      std::max(0.0, 0.5 * (1.0 + std::cos(kPi * num_cycles_ * 2.0 * progress)));
-  return times(base_lrs_, factor);
-}
-
-void CosineWithWarmup::save_own_state(StateDict& state) const {
-  state["num_warmup_steps"] = num_warmup_steps_;
-  state["num_training_steps"] = num_training_steps_;
-  state["num_cycles"] = num_cycles_;
-}
-
-void CosineWithWarmup::load_own_state(const StateDict& state) {
-  const int64_t warmup = state.at("num_warmup_steps").toInt();
-  const int64_t total = state.at("num_training_steps").toInt();
-  const double cycles = state.at("num_cycles").toDouble();
-  check_num_warmup_steps("CosineWithWarmup", warmup);
-  check_num_training_steps("CosineWithWarmup", total);
-  check_num_cycles("CosineWithWarmup", cycles);
-  num_warmup_steps_ = warmup;
-  num_training_steps_ = total;
-  num_cycles_ = cycles;
-}
-
-// ------------------------------------------------------------------ StepLR
-
-StepLR::StepLR(
-    torch::optim::Optimizer& optimizer, int64_t step_size, double gamma)
-    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
-  check_step_size("StepLR", step_size);
-  check_gamma("StepLR", gamma);
-  initial_step();
-}
-
-std::vector<double> StepLR::get_lr() const {
-  return times(base_lrs_, std::pow(gamma_, double(last_epoch_ / step_size_)));
-}
-
-void StepLR::save_own_state(StateDict& state) const {
-  state["step_size"] = step_size_;
-  state["gamma"] = gamma_;
-}
-
-void StepLR::load_own_state(const StateDict& state) {
-  const int64_t step_size = state.at("step_size").toInt();
-  const double gamma = state.at("gamma").toDouble();
-  check_step_size("StepLR", step_size);
-  check_gamma("StepLR", gamma);
-  step_size_ = step_size;
-  gamma_ = gamma;
-}
-
-// ------------------------------------------------------- ReduceLROnPlateau
-
-std::string to_string(PlateauMode mode) {
-  return mode == PlateauMode::min ? "min" : "max";
-}
-
-std::string to_string(ThresholdMode mode) {
-  return mode == ThresholdMode::rel ? "rel" : "abs";
-}
-
-PlateauMode parse_plateau_mode(const std::string& text) {
-  if (text == "min" || text == "max") {
-    return text == "min" ? PlateauMode::min : PlateauMode::max;
-  }
-  throw InvalidArgument(
-      kPlateau,
-      "mode must be one of \"min\", \"max\", got " + in_quotes(text) +
-          ". Use \"min\" for a metric that should decrease (a loss), "
-          "\"max\" for one that should increase (an accuracy).");
-}
-
-ThresholdMode parse_threshold_mode(const std::string& text) {
-  if (text == "rel" || text == "abs") {
-    return text == "rel" ? ThresholdMode::rel : ThresholdMode::abs;
-  }
-  throw InvalidArgument(
-      kPlateau,
-      "threshold_mode must be one of \"rel\", \"abs\", got " + in_quotes(text) +
-          ". \"rel\" compares with best * (1 -/+ threshold), \"abs\" with "
-          "best -/+ threshold.");
-}
-
-ReduceLROnPlateau::ReduceLROnPlateau(
-    torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options)
-    : LRScheduler(optimizer), options_(std::move(options)) {
-  validate(options_);
-  min_lrs_.assign(base_lrs_.size(), options_.min_lr());
-  const double inf = std::numeric_limits<double>::infinity();
-  best_ =
-      options_.mode() == PlateauMode::min ? inf : -inf;  // PyTorch's mode_worse
-  // PyTorch starts it at 0 and makes no initial step.
-  last_epoch_ = 0;
-}
-
-void ReduceLROnPlateau::step() {
-  throw UsageError(
-      kPlateau,
-      "step() needs the metric this scheduler watches, got no metric. Call "
-      "step(metric) once per evaluation with the monitored value (mode " +
-          in_quotes(to_string(options_.mode())) + ").");
-}
-
-void ReduceLROnPlateau::step(double metric) {
-  ++last_epoch_;
-  if (is_better(metric, best_)) {
-    best_ = metric;
-    num_bad_epochs_ = 0;
-  } else {
-    ++num_bad_epochs_;
-  }
-  if (cooldown_counter_ > 0) {
-    --cooldown_counter_;
-    num_bad_epochs_ = 0;  // bad steps in cooldown do not count
-  }
-  if (num_bad_epochs_ > options_.patience()) {
-    auto& groups = optimizer_.param_groups();
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const double old_lr = groups[i].options().get_lr();
-      const double new_lr = std::max(old_lr * options_.factor(), min_lrs_[i]);
-      if (old_lr - new_lr > options_.eps()) {
-        groups[i].options().set_lr(new_lr);
-      }
-    }
-    cooldown_counter_ = options_.cooldown();
-    num_bad_epochs_ = 0;
-  }
-  last_lr_ = current_lrs();
-}
-
-bool ReduceLROnPlateau::is_better(double a, double best) const {
-  const double t = options_.threshold();
-  const bool rel = options_.threshold_mode() == ThresholdMode::rel;
-  if (options_.mode() == PlateauMode::min) {
-    return rel ? a < best * (1.0 - t) : a < best - t;
-  }
-  return rel ? a > best * (t + 1.0) : a > best + t;
-}
-
-void ReduceLROnPlateau::save_own_state(StateDict& state) const {
-  state["mode"] = to_string(options_.mode());
-  state["factor"] = options_.factor();
-  state["patience"] = options_.patience();
-  state["threshold"] = options_.threshold();
-  state["threshold_mode"] = to_string(options_.threshold_mode());
-  state["cooldown"] = options_.cooldown();
-  state["min_lrs"] = min_lrs_;
-  state["eps"] = options_.eps();
-  state["best"] = best_;
-  state["num_bad_epochs"] = num_bad_epochs_;
-  state["cooldown_counter"] = cooldown_counter_;
-}
-
-void ReduceLROnPlateau::load_own_state(const StateDict& state) {
-  ReduceLROnPlateauOptions next = options_;
-  next.mode(parse_plateau_mode(state.at("mode").toStringRef()))
-      .factor(state.at("factor").toDouble())
-      .patience(state.at("patience").toInt())
-      .threshold(state.at("threshold").toDouble())
-      .threshold_mode(
-          parse_threshold_mode(state.at("threshold_mode").toStringRef()))
-      .cooldown(state.at("cooldown").toInt())
-      .eps(state.at("eps").toDouble());
-  validate(next);
-  const std::vector<double> min_lrs = state.at("min_lrs").toDoubleVector();
-  for (size_t i = 0; i < min_lrs.size(); ++i) {
-    check_non_negative(
-        ("min_lrs[" + std::to_string(i) + "]").c_str(),
-        min_lrs[i],
-        "It is the lowest lr of that param group.");
-  }
-  const double best = state.at("best").toDouble();
-  if (std::isnan(best)) {
-    throw InvalidArgument(
-        kPlateau,
-        "state key \"best\" must be a number or +-inf, got nan. Load a value "
-        "saved by state_dict().");
-  }
-  const int64_t bad = state.at("num_bad_epochs").toInt();
-  check_counter(kPlateau, "num_bad_epochs", bad);
-  const int64_t counter = state.at("cooldown_counter").toInt();
-  if (counter < 0 || counter > next.cooldown()) {
-    throw InvalidArgument(
-        kPlateau,
-        "state key \"cooldown_counter\" must be in [0, cooldown=" +
-            std::to_string(next.cooldown()) + "], got " +
-            std::to_string(counter) + ". Load a value saved by state_dict().");
-  }
-  options_ = next;
-  min_lrs_ = min_lrs;
-  best_ = best;
-  num_bad_epochs_ = bad;
-  cooldown_counter_ = counter;
 }
 
 }  // namespace ampkit::optim

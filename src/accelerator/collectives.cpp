@@ -1,0 +1,174 @@
+// The Accelerator's processes and collectives: process indices, barriers,
+// gather, reduce, broadcast, padding and the cross-process trigger.
+#include "ampkit/accelerator/accelerator.h"
+
+#include <algorithm>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "accelerator/state.h"
+#include "ampkit/error.h"
+
+namespace ampkit {
+
+namespace {
+constexpr const char* kComponent = "Accelerator";
+}  // namespace
+
+bool Accelerator::is_main_process() const {
+  return state_->process_index == 0;
+}
+
+bool Accelerator::is_local_main_process() const {
+  return state_->local_process_index == 0;
+}
+
+int64_t Accelerator::process_index() const {
+  return state_->process_index;
+}
+
+int64_t Accelerator::local_process_index() const {
+  return state_->local_process_index;
+}
+
+int64_t Accelerator::num_processes() const {
+  return state_->num_processes;
+}
+
+void Accelerator::wait_for_everyone() {
+  if (state_->group) {
+    state_->group->barrier();
+  }
+}
+
+torch::Tensor Accelerator::gather(const torch::Tensor& tensor) {
+  const torch::Tensor t = tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor;
+  if (!state_->group) {
+    return t;
+  }
+  return torch::cat(state_->group->all_gather(t), 0);
+}
+
+torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {
+  torch::Tensor all = gather(tensor);
+  auto& st = *state_;
+  if (st.group && st.end_of_dataloader && st.gather_remainder > 0 &&
+      st.gather_remainder < all.size(0)) {
+    return all.narrow(0, 0, st.gather_remainder);
+  }
+  return all;
+}
+
+torch::Tensor Accelerator::reduce(const torch::Tensor& tensor, ReduceOp op) {
+  if (!state_->group) {
+    // The sum, mean and max of one process's tensor are the tensor.
+    return tensor;
+  }
+  torch::Tensor t = tensor.clone();
+  if (op == ReduceOp::mean && !t.is_floating_point()) {
+    t = t.to(torch::kFloat);
+  }
+  state_->group->all_reduce(t, op);
+  return t;
+}
+
+torch::Tensor Accelerator::broadcast(
+    const torch::Tensor& tensor, int64_t from_process) {
+  if (from_process < 0 || from_process >= num_processes()) {
+    throw InvalidArgument(
+        kComponent,
+        "broadcast from_process must be in [0, " +
+            std::to_string(num_processes()) + "), got " +
+            std::to_string(from_process) + ".");
+  }
+  if (!state_->group) {
+    return tensor;
+  }
+  torch::Tensor t = tensor.clone();
+  state_->group->broadcast(t, from_process);
+  return t;
+}
+
+torch::Tensor Accelerator::pad_across_processes(
+    const torch::Tensor& tensor,
+    int64_t dim,
+    double pad_index,
+    bool pad_first) {
+  if (tensor.dim() == 0 || dim < -tensor.dim() || dim >= tensor.dim()) {
+    throw InvalidArgument(
+        kComponent,
+        "pad_across_processes needs dim within the tensor's " +
+            std::to_string(tensor.dim()) + " dimensions, got " +
+            std::to_string(dim) + ".");
+  }
+  if (!state_->group) {
+    return tensor;
+  }
+  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
+  auto size = torch::tensor({tensor.size(d)}, torch::kLong).to(tensor.device());
+  state_->group->all_reduce(size, dist::ReduceOp::max);
+  const int64_t longest = size.cpu().item<int64_t>();
+  if (longest == tensor.size(d)) {
+    return tensor;
+  }
+  auto shape = tensor.sizes().vec();
+  shape[d] = longest;
+  auto out = torch::full(shape, pad_index, tensor.options());
+  const int64_t start = pad_first ? longest - tensor.size(d) : 0;
+  out.narrow(d, start, tensor.size(d)).copy_(tensor);
+  return out;
+}
+
+std::tuple<int64_t, int64_t, int64_t> Accelerator::share_of(int64_t n) const {
+  const int64_t w = num_processes();
+  const int64_t i = process_index();
+  const int64_t per = n / w;
+  const int64_t extra = n % w;
+  const int64_t begin = i * per + std::min(i, extra);
+  const int64_t end = begin + per + (i < extra ? 1 : 0);
+  return {begin, end, per + (extra > 0 ? 1 : 0)};
+}
+
+Accelerator::MainProcessFirst::MainProcessFirst(Accelerator& accelerator)
+    : accelerator_(accelerator) {
+  if (!accelerator_.is_main_process()) {
+    accelerator_.wait_for_everyone();
+  }
+}
+
+Accelerator::MainProcessFirst::~MainProcessFirst() noexcept(false) {
+  if (accelerator_.is_main_process() && std::uncaught_exceptions() == 0) {
+    accelerator_.wait_for_everyone();
+  }
+}
+
+Accelerator::MainProcessFirst Accelerator::main_process_first() {
+  return MainProcessFirst(*this);
+}
+
+void Accelerator::set_trigger() {
+  state_->trigger = true;
+}
+
+bool Accelerator::check_trigger() {
+  auto flag = torch::tensor({state_->trigger ? 1L : 0L}, torch::kLong);
+  if (state_->group) {
+    state_->group->all_reduce(flag, dist::ReduceOp::max);
+  }
+  const bool any = flag.item<int64_t>() > 0;
+  if (any) {
+    state_->trigger = false;
+  }
+  return any;
+}
+
+dist::ProcessGroup* Accelerator::process_group() const {
+  return state_->group.get();
+}
+
+void Accelerator::print_line(const std::string& line) const {
+  std::cout << line << std::endl;
+}
+
+}  // namespace ampkit

@@ -1,0 +1,152 @@
+// PreparedOptimizer and PreparedScheduler: they step only on micro-steps
+// that synchronise gradients, through the GradScaler when loss scaling is on.
+#include "ampkit/accelerator/prepared.h"
+
+#include <string>
+
+#include "accelerator/state.h"
+#include "ampkit/error.h"
+#include "ampkit/optim/fused.h"
+#include "optim/fused_step.h"
+
+namespace ampkit {
+
+namespace {
+constexpr const char* kComponent = "Accelerator";
+}  // namespace
+
+void PreparedOptimizer::step() {
+  try {
+    step_unhinted();
+  } catch (...) {
+    diag::rethrow_with_hint();
+  }
+}
+
+void PreparedOptimizer::step_unhinted() {
+  auto& st = *state_;
+  if (!st.sync_gradients) {
+    return;
+  }
+  auto& entry = st.optimizers[index_];
+  if (!st.scaler && st.options.detect_anomaly) {
+    if (const std::string* name = st.first_non_finite_gradient()) {
+      throw TrainingDiverged(
+          kComponent,
+          "detect_anomaly: the gradient of " + *name +
+              " is non-finite at step " +
+              std::to_string(st.optimizer_steps + 1) +
+              ", got inf/NaN; the step was not taken. Lower the learning "
+              "rate, clip gradients (clip_grad_norm_), or look for an "
+              "overflowing op in the forward (fp16: use loss scaling).");
+    }
+  }
+  if (!st.scaler) {
+    // Re-checked each step: parameters can change dtype or layout between
+    // steps, and the check is a few flag reads per parameter.
+    if (entry.fused == detail::FusedStep::aten &&
+        !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
+      optim::aten_fused_step(*optimizer_);
+    } else if (
+        entry.fused == detail::FusedStep::ampkit &&
+        !detail::fused_step_unsupported_reason(*optimizer_)) {
+      detail::fused_step(*optimizer_);
+    } else {
+      optimizer_->step();
+    }
+    entry.skipped = false;
+    if (index_ == 0) {
+      st.after_optimizer_step(false);
+    }
+    return;
+  }
+  if (entry.stepped) {
+    // Stepped twice without a backward in between: finish the last one.
+    st.update_scaler();
+  }
+  if (entry.fused == detail::FusedStep::aten &&
+      !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
+    const torch::Tensor found_inf = st.scaler->step_supporting_amp_scaling(
+        *optimizer_,
+        [&](const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+          optim::aten_fused_step(*optimizer_, grad_scale, found_inf);
+        });
+    // aten_fused_step read it already (step counts): no further sync.
+    entry.skipped = found_inf.item<float>() != 0.0f;
+  } else {
+    entry.skipped = !st.scaler->step(*optimizer_).has_value();
+  }
+  entry.stepped = true;
+  st.scaler_update_pending = true;
+  bool all_stepped = true;
+  for (const auto& e : st.optimizers) {
+    all_stepped = all_stepped && e.stepped;
+  }
+  if (all_stepped) {
+    st.update_scaler();
+  }
+  if (index_ == 0) {
+    st.after_optimizer_step(entry.skipped);
+  }
+}
+
+void PreparedOptimizer::zero_grad(bool set_to_none) {
+  if (!state_->sync_gradients) {
+    return;
+  }
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      auto& grad = p.mutable_grad();
+      if (!grad.defined()) {
+        continue;
+      }
+      if (set_to_none) {
+        grad = torch::Tensor();
+      } else {
+        grad = grad.detach();
+        grad.zero_();
+      }
+    }
+  }
+}
+
+bool PreparedOptimizer::step_was_skipped() const {
+  return state_->optimizers[index_].skipped;
+}
+
+bool PreparedScheduler::should_step() const {
+  const auto& st = *state_;
+  if (!st.options.step_scheduler_with_optimizer) {
+    return true;
+  }
+  if (!st.sync_gradients) {
+    return false;
+  }
+  for (const auto& entry : st.optimizers) {
+    if (entry.skipped) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PreparedScheduler::step() {
+  if (!should_step()) {
+    return;
+  }
+  // As accelerate: a schedule written for one process advances once per
+  // process, since each optimizer step consumed num_processes batches.
+  const bool per_process = state_->options.step_scheduler_with_optimizer;
+  const int64_t times = per_process ? state_->num_processes : 1;
+  for (int64_t i = 0; i < times; ++i) {
+    scheduler_->step();
+  }
+}
+
+void PreparedScheduler::step(double metric) {
+  // A metric-driven schedule steps on each evaluation, whatever the last
+  // optimizer step did.
+  scheduler_->step(metric);
+}
+
+}  // namespace ampkit

@@ -1,0 +1,95 @@
+// The Accelerator's experiment tracking: init_trackers, log and
+// end_training over the trackers that log_with names.
+#include "ampkit/accelerator/accelerator.h"
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "accelerator/state.h"
+#include "ampkit/error.h"
+
+namespace ampkit {
+
+namespace {
+constexpr const char* kComponent = "Accelerator";
+}  // namespace
+
+namespace detail {
+
+double wall_time_now() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void log_to_trackers(
+    AcceleratorState& state, const track::Metrics& metrics, int64_t step) {
+  const double now = wall_time_now();
+  for (auto& tracker : state.trackers) {
+    tracker->log(metrics, step, now);
+  }
+}
+
+}  // namespace detail
+
+void Accelerator::init_trackers(
+    const std::string& project_name, const track::RunConfig& config) {
+  auto& st = *state_;
+  if (st.options.log_with.empty()) {
+    throw UsageError(
+        kComponent,
+        "init_trackers needs log_with to name a tracker, got none. Set "
+        "AcceleratorOptions().log_with(\"jsonl\") (or csv, tensorboard, "
+        "all), or log_with in the config file.");
+  }
+  if (project_name.empty() || project_name.find('/') != std::string::npos ||
+      project_name == "." || project_name == "..") {
+    throw InvalidArgument(
+        kComponent,
+        "init_trackers needs a project name usable as a folder name, got '" +
+            project_name + "'. Use letters, digits, '-' or '_'.");
+  }
+  if (!st.trackers.empty()) {
+    throw UsageError(
+        kComponent,
+        "init_trackers was already called for " + st.run_dir +
+            ". Call it once per run, or end_training() first.");
+  }
+  st.run_dir =
+      (std::filesystem::path(st.options.project_dir) / project_name).string();
+  if (!is_main_process()) {
+    return;
+  }
+  track::RunConfig run_config;
+  for (const auto& row : st.options.rows) {
+    run_config[row.name] = row.value;
+  }
+  for (const auto& [key, value] : config) {
+    run_config[key] = value;
+  }
+  for (const auto& name : st.options.log_with) {
+    st.trackers.push_back(track::make_tracker(name, st.run_dir, run_config));
+  }
+  st.last_log_time = std::chrono::steady_clock::now();
+  st.samples_since_log = 0;
+}
+
+void Accelerator::log(
+    const track::Metrics& metrics, std::optional<int64_t> step) {
+  detail::log_to_trackers(
+      *state_, metrics, step.value_or(state_->optimizer_steps));
+}
+
+void Accelerator::end_training() {
+  for (auto& tracker : state_->trackers) {
+    tracker->finish();
+  }
+  state_->trackers.clear();
+}
+
+const std::string& Accelerator::run_dir() const {
+  return state_->run_dir;
+}
+
+}  // namespace ampkit
