@@ -151,6 +151,30 @@ std::string format_double(double value) {
   return out.str();
 }
 
+// How the start-up table and the logged config show a plain option.
+std::string setting_text(bool value) {
+  return value ? "true" : "false";
+}
+std::string setting_text(int64_t value) {
+  return std::to_string(value);
+}
+std::string setting_text(double value) {
+  return format_double(value);
+}
+std::string setting_text(Precision value) {
+  return to_string(value);
+}
+std::string setting_text(std::chrono::milliseconds value) {
+  const int64_t ms = value.count();
+  if (ms % 60000 == 0) {
+    return std::to_string(ms / 60000) + " min";
+  }
+  if (ms % 1000 == 0) {
+    return std::to_string(ms / 1000) + " s";
+  }
+  return std::to_string(ms) + " ms";
+}
+
 }  // namespace
 
 ResolvedAcceleratorOptions resolve_options(
@@ -220,10 +244,9 @@ ResolvedAcceleratorOptions resolve_options(
 
   r.seed = options.seed();
   r.project_dir = options.project_dir().value_or(".");
-  r.step_scheduler_with_optimizer = options.step_scheduler_with_optimizer();
-  r.autocast_cache_enabled = options.autocast_cache_enabled();
-  r.fused_optimizer_step = options.fused_optimizer_step();
-  r.detect_anomaly = options.detect_anomaly();
+#define AMPKIT_COPY_OPTION(type, name, default_value) r.name = options.name();
+  AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_COPY_OPTION)
+#undef AMPKIT_COPY_OPTION
   // No launcher sets log_with, so no environment variable takes part.
   const Picked<std::string> log_with = pick(
       options.log_with(),
@@ -234,15 +257,12 @@ ResolvedAcceleratorOptions resolve_options(
       options.config().origin,
       std::string());
   r.log_with = track::parse_log_with(log_with.value);
-  r.auto_log = options.auto_log();
-  r.log_every_n_steps = options.log_every_n_steps();
   if (r.log_every_n_steps < 1) {
     throw InvalidArgument(
         kComponent,
         "log_every_n_steps must be >= 1, got " +
             std::to_string(r.log_every_n_steps) + ". Use 1 to log every step.");
   }
-  r.quiet = options.quiet();
 
   r.dist = dist::detect_env(env);
   if (r.dist.distributed() && r.device.is_cuda()) {
@@ -262,7 +282,6 @@ ResolvedAcceleratorOptions resolve_options(
         c10::DeviceType::CUDA,
         static_cast<c10::DeviceIndex>(r.dist.local_rank));
   }
-  r.timeout = options.timeout();
   if (r.timeout.count() <= 0) {
     throw InvalidArgument(
         kComponent,
@@ -278,28 +297,22 @@ ResolvedAcceleratorOptions resolve_options(
       "",
       false);
   r.debug = debug.value;
-  r.bucket_cap_mb = options.bucket_cap_mb();
   if (!(r.bucket_cap_mb > 0)) {
     throw InvalidArgument(
         kComponent,
         "bucket_cap_mb must be positive, got " +
             format_double(r.bucket_cap_mb) + ". DDP's default is 25.");
   }
-  r.find_unused_parameters = options.find_unused_parameters();
-  r.gradient_compression = options.gradient_compression();
   if (r.gradient_compression == Precision::automatic) {
     throw InvalidArgument(
         kComponent, "gradient_compression must be no, bf16 or fp16, got auto.");
   }
-  r.broadcast_buffers = options.broadcast_buffers();
-  r.automatic_checkpoint_naming = options.automatic_checkpoint_naming();
-  if (options.total_limit() < 0) {
+  if (r.total_limit < 0) {
     throw InvalidArgument(
-        "Accelerator",
+        kComponent,
         "total_limit must be >= 0 (0 keeps every checkpoint), got " +
-            std::to_string(options.total_limit()) + ".");
+            std::to_string(r.total_limit) + ".");
   }
-  r.total_limit = options.total_limit();
 
   add("mixed_precision", precision_value, precision_source);
   add("gradient_accumulation_steps",
@@ -313,25 +326,11 @@ ResolvedAcceleratorOptions resolve_options(
                 std::to_string(r.grad_scaler.growth_interval()) + ")"
           : "off",
       scaling_source);
-  add("step_scheduler_with_optimizer",
-      r.step_scheduler_with_optimizer ? "true" : "false",
-      "option");
-  add("autocast_cache_enabled",
-      r.autocast_cache_enabled ? "true" : "false",
-      "option");
-  add("fused_optimizer_step",
-      r.fused_optimizer_step ? "true" : "false",
-      "option");
-  add("detect_anomaly", r.detect_anomaly ? "true" : "false", "option");
   std::string trackers;
   for (const auto& t : r.log_with) {
     trackers += (trackers.empty() ? "" : ",") + t;
   }
   add("log_with", trackers.empty() ? "none" : trackers, log_with.source);
-  add("auto_log",
-      r.auto_log ? "every " + std::to_string(r.log_every_n_steps) + " steps"
-                 : "off",
-      "option");
   add("seed",
       r.seed ? std::to_string(*r.seed) : "unset",
       r.seed ? "explicit" : "default");
@@ -347,10 +346,13 @@ ResolvedAcceleratorOptions resolve_options(
       r.dist.distributed()
           ? std::string("env (") + dist::to_string(r.dist.launcher) + ")"
           : "default");
-  if (r.dist.distributed()) {
-    add("debug", r.debug ? "true" : "false", debug.source);
-    add("gradient_compression", to_string(r.gradient_compression), "option");
-  }
+  add("debug", r.debug ? "true" : "false", debug.source);
+#define AMPKIT_OPTION_ROW(type, name, default_value) \
+  add(#name,                                         \
+      setting_text(r.name),                          \
+      r.name == type(default_value) ? "default" : "explicit");
+  AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_OPTION_ROW)
+#undef AMPKIT_OPTION_ROW
   add("libtorch",
       std::to_string(caps.torch_major) + "." + std::to_string(caps.torch_minor),
       "running");

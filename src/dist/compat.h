@@ -41,11 +41,11 @@ struct ReducerArgs {
   std::vector<std::vector<size_t>> bucket_indices;
   std::vector<size_t> per_bucket_size_limits;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
-  int64_t bucket_bytes_cap = 25 * 1024 * 1024;
+  int64_t bucket_bytes_cap{};  // set by the caller, from SyncOptions
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   std::unordered_map<size_t, std::string> param_names;
-  int64_t first_bucket_bytes_cap = 1024 * 1024;
+  int64_t first_bucket_bytes_cap{};  // likewise
 };
 
 /// c10d::Reducer with whichever constructor this LibTorch has (the 10-,

@@ -277,5 +277,53 @@ TEST(OptionsTest, TableListsEverySettingWithItsSource) {
   }
 }
 
+TEST(OptionsTest, EveryPlainOptionIsHeldAndShownWithItsSource) {
+  const auto defaults = resolve_options({}, env_of({}), cpu_only(false));
+#define AMPKIT_EXPECT_DEFAULT(type, name, default_value)  \
+  EXPECT_EQ(defaults.name, type(default_value)) << #name; \
+  EXPECT_EQ(row(defaults, #name).source, "default") << #name;
+  AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_EXPECT_DEFAULT)
+#undef AMPKIT_EXPECT_DEFAULT
+  // The six the table once left out, set away from their defaults.
+  const auto r = resolve_options(
+      AcceleratorOptions()
+          .timeout(std::chrono::seconds(90))
+          .bucket_cap_mb(12.5)
+          .find_unused_parameters(true)
+          .broadcast_buffers(false)
+          .automatic_checkpoint_naming(true)
+          .total_limit(3),
+      env_of({}),
+      cpu_only(false));
+  EXPECT_EQ(row(r, "timeout").value, "90 s");
+  EXPECT_EQ(row(r, "bucket_cap_mb").value, "12.5");
+  EXPECT_EQ(row(r, "find_unused_parameters").value, "true");
+  EXPECT_EQ(row(r, "broadcast_buffers").value, "false");
+  EXPECT_EQ(row(r, "automatic_checkpoint_naming").value, "true");
+  EXPECT_EQ(row(r, "total_limit").value, "3");
+  for (const char* name :
+       {"timeout",
+        "bucket_cap_mb",
+        "find_unused_parameters",
+        "broadcast_buffers",
+        "automatic_checkpoint_naming",
+        "total_limit"}) {
+    EXPECT_EQ(row(r, name).source, "explicit") << name;
+    EXPECT_THAT(r.table(), testing::HasSubstr(name));
+  }
+  EXPECT_EQ(r.bucket_cap_mb, 12.5);
+  EXPECT_EQ(r.total_limit, 3);
+}
+
+TEST(OptionsTest, DistributedDefaultsAreTheDistLayers) {
+  const AcceleratorOptions options;
+  EXPECT_EQ(options.timeout(), dist::GroupOptions().timeout());
+  EXPECT_EQ(options.timeout(), std::chrono::minutes(30));
+  EXPECT_EQ(options.bucket_cap_mb(), dist::SyncOptions().bucket_cap_mb());
+  EXPECT_EQ(options.bucket_cap_mb(), 25.0);
+  EXPECT_FALSE(options.find_unused_parameters());
+  EXPECT_TRUE(options.broadcast_buffers());
+}
+
 }  // namespace
 }  // namespace ampkit

@@ -16,7 +16,9 @@
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/amp/precision.h"
 #include "ampkit/config/config.h"
+#include "ampkit/dist/ddp.h"
 #include "ampkit/dist/env.h"
+#include "ampkit/dist/process_group.h"
 #include "ampkit/utils/env.h"
 
 namespace ampkit {
@@ -42,6 +44,66 @@ constexpr const char* kEnvAccelerateUseCpu = "ACCELERATE_USE_CPU";
 constexpr const char* kEnvDebug = "AMPKIT_DEBUG";
 /// accelerate launch's name for the same setting.
 constexpr const char* kEnvAccelerateDebug = "ACCELERATE_DEBUG_MODE";
+
+/// The options the Accelerator takes as given: each is checked, none depends
+/// on the environment, the config file or the hardware. This is their one
+/// list, (type, name, default): AcceleratorOptions declares each as a
+/// TORCH_ARG, ResolvedAcceleratorOptions holds it, and the start-up table and
+/// the logged config (init_trackers) show it, so an option added here shows
+/// everywhere. The distributed defaults are c10d's and DDP's, read from
+/// ampkit's dist layer, which has them once.
+#define AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(_)                            \
+  /* A prepared scheduler steps only when its optimizer really stepped: not   \
+     on accumulation micro-steps, not on steps the GradScaler skipped. false  \
+     steps it on every call. */                                               \
+  _(bool, step_scheduler_with_optimizer, true)                                \
+  /* Cache the reduced-precision copies of weights within one forward. */     \
+  _(bool, autocast_cache_enabled, true)                                       \
+  /* Step a prepared torch::optim::Adam, AdamW or SGD fused, with LibTorch's  \
+     state: from LibTorch 2.4 through ATen's fused kernels (CPU and CUDA,     \
+     loss scaling folded in: no separate unscale_ pass); before 2.4, Adam and \
+     AdamW on contiguous float32 CPU parameters without loss scaling in       \
+     ampkit's one-pass loop. false always calls optimizer.step(). */          \
+  _(bool, fused_optimizer_step, true)                                         \
+  /* Checks for inf/NaN: a non-finite loss in backward(), or a non-finite     \
+     gradient at an optimizer step, throws ampkit::TrainingDiverged naming    \
+     the step and the parameters (by module path) affected; under loss        \
+     scaling, where such steps are skipped by design, each skipped step is    \
+     reported instead with the old and new scale and those parameters. Costs  \
+     a check of every gradient per step. */                                   \
+  _(bool, detect_anomaly, false)                                              \
+  /* Log loss, learning rate, loss scale, skipped steps, gradient norm,       \
+     samples/s and memory by itself, every log_every_n_steps optimizer steps, \
+     once init_trackers ran. */                                               \
+  _(bool, auto_log, false)                                                    \
+  /* Optimizer steps between automatic logs, >= 1. */                         \
+  _(int64_t, log_every_n_steps, 1)                                            \
+  /* No start-up table or choice lines on stderr (warnings still print). */   \
+  _(bool, quiet, false)                                                       \
+  /* Distributed runs (several processes started by ampkit launch, torchrun,  \
+     Slurm or OpenMPI; see ampkit/dist/env.h). How long the rendezvous and    \
+     each collective wait for the other processes; c10d's 30 minutes. */      \
+  _(std::chrono::milliseconds, timeout, dist::GroupOptions().timeout())       \
+  /* The gradient all-reduce bucket size in MB (DDP's bucket_cap_mb, 25). */  \
+  _(double, bucket_cap_mb, dist::SyncOptions().bucket_cap_mb())               \
+  /* Allow parameters without a gradient in some steps (DDP's                 \
+     find_unused_parameters). false: such a parameter is an error naming      \
+     it. */                                                                   \
+  _(bool,                                                                     \
+    find_unused_parameters,                                                   \
+    dist::SyncOptions().find_unused_parameters())                             \
+  /* Compress the gradient all-reduce to bf16 or fp16 (not auto). */          \
+  _(Precision, gradient_compression, Precision::no)                           \
+  /* Broadcast rank 0's buffers before each synchronising forward (DDP's      \
+     broadcast_buffers, true). */                                             \
+  _(bool, broadcast_buffers, dist::SyncOptions().broadcast_buffers())         \
+  /* accelerate's ProjectConfiguration: save_state() without a folder writes  \
+     project_dir/checkpoints/checkpoint_N, N counting up from the last one    \
+     there. */                                                                \
+  _(bool, automatic_checkpoint_naming, false)                                 \
+  /* Keep at most this many checkpoints under project_dir/checkpoints, the    \
+     oldest deleted after a new one is complete (0: keep all). */             \
+  _(int64_t, total_limit, 0)
 
 /// What a training run asks for. Every field left unset is taken, in this
 /// order, from the environment a launcher set, the config file, or the
@@ -73,73 +135,30 @@ struct AcceleratorOptions {
   TORCH_ARG(std::optional<uint64_t>, seed);
   /// Where checkpoints and logs go. Default the working directory.
   TORCH_ARG(std::optional<std::string>, project_dir);
-  /// A prepared scheduler steps only when its optimizer really stepped: not
-  /// on accumulation micro-steps, not on steps the GradScaler skipped.
-  /// false steps it on every call. Default true.
-  TORCH_ARG(bool, step_scheduler_with_optimizer) = true;
   /// The GradScaler's settings, used when loss scaling is on.
   TORCH_ARG(GradScalerOptions, grad_scaler);
   /// Loss scaling: unset means on for fp16 only; true uses the GradScaler in
   /// any precision (for example bf16 with very small gradients), false turns
   /// it off even for fp16 (small gradients then underflow to zero).
   TORCH_ARG(std::optional<bool>, loss_scaling);
-  /// Cache the reduced-precision copies of weights within one forward.
-  TORCH_ARG(bool, autocast_cache_enabled) = true;
-  /// Step a prepared torch::optim::Adam, AdamW or SGD fused, with LibTorch's
-  /// state: from LibTorch 2.4 through ATen's fused kernels (CPU and CUDA,
-  /// loss scaling folded in: no separate unscale_ pass); before 2.4, Adam
-  /// and AdamW on contiguous float32 CPU parameters without loss scaling in
-  /// ampkit's one-pass loop. false always calls optimizer.step().
-  /// Default true.
-  TORCH_ARG(bool, fused_optimizer_step) = true;
   /// The config file's values (the command-line layer reads the file).
   TORCH_ARG(ConfigValues, config);
-  /// Checks for inf/NaN: a non-finite loss in backward(), or a non-finite
-  /// gradient at an optimizer step, throws ampkit::TrainingDiverged naming
-  /// the step and the first parameter (by module path) affected; under loss
-  /// scaling, where such steps are skipped by design, each skipped step is
-  /// logged instead with the old and new scale and those parameters. Costs a
-  /// check of every gradient per step. Default false.
-  TORCH_ARG(bool, detect_anomaly) = false;
   /// Trackers init_trackers starts: a comma-separated list of jsonl, csv,
   /// tensorboard, or "all". Default none.
   TORCH_ARG(std::optional<std::string>, log_with);
-  /// Log loss, learning rate, loss scale, skipped steps, gradient norm,
-  /// samples/s and memory by itself, every log_every_n_steps optimizer steps,
-  /// once init_trackers ran. Default false.
-  TORCH_ARG(bool, auto_log) = false;
-  /// Optimizer steps between automatic logs, >= 1. Default 1.
-  TORCH_ARG(int64_t, log_every_n_steps) = 1;
-  /// No start-up table or choice lines on stderr (warnings still print).
-  TORCH_ARG(bool, quiet) = false;
-
   // Distributed runs (several processes started by ampkit launch, torchrun,
   // Slurm or OpenMPI; see ampkit/dist/env.h).
-  /// How long the rendezvous and each collective wait for the other
-  /// processes. Default 30 minutes (c10d's).
-  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(30);
   /// Before each collective, compare shapes across processes and fail with
   /// every rank's shape instead of hanging. Default false, or the
   /// environment's AMPKIT_DEBUG / ACCELERATE_DEBUG_MODE.
   TORCH_ARG(std::optional<bool>, debug);
-  /// The gradient all-reduce bucket size in MB (DDP's bucket_cap_mb).
-  TORCH_ARG(double, bucket_cap_mb) = 25.0;
-  /// Allow parameters without a gradient in some steps (DDP's
-  /// find_unused_parameters). Default false: such a parameter is an error
-  /// naming it.
-  TORCH_ARG(bool, find_unused_parameters) = false;
-  /// Compress the gradient all-reduce to bf16 or fp16. Default no.
-  TORCH_ARG(Precision, gradient_compression) = Precision::no;
-  /// Broadcast rank 0's buffers before each synchronising forward. Default
-  /// true (DDP's broadcast_buffers).
-  TORCH_ARG(bool, broadcast_buffers) = true;
-  /// accelerate's ProjectConfiguration: save_state() without a folder
-  /// writes project_dir/checkpoints/checkpoint_N, N counting up from the
-  /// last one there.
-  TORCH_ARG(bool, automatic_checkpoint_naming) = false;
-  /// Keep at most this many checkpoints under project_dir/checkpoints, the
-  /// oldest deleted after a new one is complete (0: keep all).
-  TORCH_ARG(int64_t, total_limit) = 0;
+
+  // The options below are taken as given (checked, not resolved); each is
+  // documented in AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS above.
+#define AMPKIT_DECLARE_OPTION(type, name, default_value) \
+  TORCH_ARG(type, name) = default_value;
+  AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_DECLARE_OPTION)
+#undef AMPKIT_DECLARE_OPTION
 };
 
 /// One resolved setting as the start-up table shows it.
@@ -154,31 +173,23 @@ struct OptionRow {
 /// Every setting decided, from AcceleratorOptions, the environment, the
 /// config and the hardware. The Accelerator runs with exactly this.
 struct ResolvedAcceleratorOptions {
-  Precision requested_precision = Precision::no;  ///< may be automatic
-  Precision mixed_precision = Precision::no;      ///< never automatic
-  int64_t gradient_accumulation_steps = 1;
-  bool cpu = false;
+  // Set by resolve_options from the options, the environment, the config
+  // and the hardware; their defaults are AcceleratorOptions'.
+  Precision requested_precision{};  ///< may be automatic
+  Precision mixed_precision{};      ///< never automatic
+  int64_t gradient_accumulation_steps{};
+  bool cpu{};
   std::optional<uint64_t> seed;
-  std::string project_dir = ".";
-  bool step_scheduler_with_optimizer = true;
-  bool loss_scaling = false;
+  std::string project_dir;
+  bool loss_scaling{};
   GradScalerOptions grad_scaler;
-  bool autocast_cache_enabled = true;
-  bool fused_optimizer_step = true;
-  bool detect_anomaly = false;
   std::vector<std::string> log_with;
-  bool auto_log = false;
-  int64_t log_every_n_steps = 1;
-  bool quiet = false;
   dist::DistEnv dist;
-  std::chrono::milliseconds timeout = std::chrono::minutes(30);
-  bool debug = false;
-  double bucket_cap_mb = 25.0;
-  bool find_unused_parameters = false;
-  Precision gradient_compression = Precision::no;
-  bool broadcast_buffers = true;
-  bool automatic_checkpoint_naming = false;
-  int64_t total_limit = 0;
+  bool debug{};
+#define AMPKIT_RESOLVED_OPTION(type, name, default_value) \
+  type name = default_value;
+  AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_RESOLVED_OPTION)
+#undef AMPKIT_RESOLVED_OPTION
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   /// What "auto" became and why; empty unless auto was asked for.
   std::string auto_precision_reason;
