@@ -17,19 +17,15 @@
 #include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"
 #include "ampkit/utils/random.h"
+#include "ampkit/utils/warnings.h"
 #include "optim/compat.h"
 #include "optim/fused_step.h"
+#include "utils/non_finite.h"
 
 namespace ampkit {
 
 namespace {
 constexpr const char* kComponent = "Accelerator";
-
-void warn(const detail::AcceleratorState& state, const std::string& message) {
-  if (state.process_index == 0) {
-    std::cerr << "ampkit: warning: " << message << std::endl;
-  }
-}
 }  // namespace
 
 namespace detail {
@@ -89,14 +85,13 @@ void AcceleratorState::after_optimizer_step(bool skipped) {
   last_log_time = now;
 }
 
-const std::string* AcceleratorState::first_non_finite_gradient() const {
+std::string AcceleratorState::non_finite_gradients() const {
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+  grads.reserve(named_parameters.size());
   for (const auto& [name, param] : named_parameters) {
-    const auto& grad = param.grad();
-    if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) {
-      return &name;
-    }
+    grads.emplace_back(name, param.grad());
   }
-  return nullptr;
+  return describe_non_finite(find_non_finite(grads));
 }
 
 void move_optimizer_state(
@@ -209,6 +204,7 @@ Accelerator::Accelerator(AcceleratorOptions options)
   auto& st = *state_;
   st.options = resolve_options(options);
   const ResolvedAcceleratorOptions& r = st.options;
+  set_warning_rank(r.dist.rank, r.dist.world_size);
   if (r.mixed_precision != Precision::no) {
     st.autocast.emplace(
         AutocastOptions(r.device.type(), to_dtype(r.mixed_precision))
@@ -225,17 +221,13 @@ Accelerator::Accelerator(AcceleratorOptions options)
       // the Accelerator's step count rather than the scaler's updates.
       detail::AcceleratorState* raw = state_.get();
       st.scaler->set_overflow_callback([raw](const OverflowReport& report) {
-        std::ostringstream line;
-        line << "step " << raw->optimizer_steps + 1
-             << " skipped: non-finite gradients in ";
-        const char* sep = "";
-        for (const auto& name : report.parameters) {
-          line << sep << name;
-          sep = ", ";
-        }
-        line << "; loss scale " << report.old_scale << " -> "
-             << report.new_scale;
-        warn(*raw, line.str());
+        warn(
+            kComponent,
+            detail::skipped_step_line(
+                raw->optimizer_steps + 1,
+                report.where,
+                report.old_scale,
+                report.new_scale));
       });
     }
   }
@@ -264,9 +256,9 @@ Accelerator::Accelerator(AcceleratorOptions options)
       }
       std::cerr << std::flush;
     }
-    for (const auto& w : r.warnings) {
-      warn(st, w);
-    }
+  }
+  for (const auto& w : r.warnings) {
+    warn(kComponent, w);
   }
 }
 
@@ -280,8 +272,7 @@ Accelerator::~Accelerator() {
     end_training();
   } catch (const std::exception& e) {
     // A destructor must not throw; the trackers' last error is reported.
-    std::cerr << "ampkit: warning: closing the trackers failed: " << e.what()
-              << std::endl;
+    warn(kComponent, std::string("closing the trackers failed: ") + e.what());
   }
 }
 
@@ -447,7 +438,7 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   if (st.autocast && st.forwards_since_backward == 0 && !st.warned_no_forward) {
     st.warned_no_forward = true;
     warn(
-        st,
+        kComponent,
         "backward() found no forward under the Accelerator's autocast since "
         "the previous backward, so nothing ran in " +
             to_string(st.options.mixed_precision) +

@@ -30,13 +30,13 @@ void PreparedOptimizer::step_unhinted() {
   }
   auto& entry = st.optimizers[index_];
   if (!st.scaler && st.options.detect_anomaly) {
-    if (const std::string* name = st.first_non_finite_gradient()) {
+    const std::string where = st.non_finite_gradients();
+    if (!where.empty()) {
       throw TrainingDiverged(
           kComponent,
-          "detect_anomaly: the gradient of " + *name +
-              " is non-finite at step " +
-              std::to_string(st.optimizer_steps + 1) +
-              ", got inf/NaN; the step was not taken. Lower the learning "
+          "detect_anomaly: non-finite gradients at step " +
+              std::to_string(st.optimizer_steps + 1) + " in " + where +
+              "; the step was not taken. Lower the learning "
               "rate, clip gradients (clip_grad_norm_), or look for an "
               "overflowing op in the forward (fp16: use loss scaling).");
     }

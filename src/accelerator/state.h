@@ -75,8 +75,9 @@ struct AcceleratorState {
 
   // detect_anomaly: parameter names by module path, in registration order.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters;
-  /// The first parameter whose gradient is inf/NaN, or nullptr.
-  const std::string* first_non_finite_gradient() const;
+  /// The parameters whose gradients hold inf/NaN, as ampkit names them
+  /// (utils/non_finite.h); empty when all are finite.
+  std::string non_finite_gradients() const;
 
   int64_t num_processes = 1;
   int64_t process_index = 0;

@@ -5,13 +5,14 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <iostream>
 #include <sstream>
 
 #include "amp/compat.h"
 #include "amp/scale_update.h"
 #include "ampkit/error.h"
+#include "ampkit/utils/warnings.h"
 
+#include "utils/non_finite.h"
 #include "utils/strings.h"
 
 namespace ampkit {
@@ -341,9 +342,7 @@ std::optional<torch::Tensor> GradScaler::step(
   if (!found_inf) {
     result = optimizer.step();
   } else if (options_.report_overflow()) {
-    auto names = non_finite_parameters(optimizer);
-    overflowed_parameters_.insert(
-        overflowed_parameters_.end(), names.begin(), names.end());
+    record_non_finite(optimizer);
   }
   state.stage = Stage::stepped;
   return result;
@@ -394,9 +393,7 @@ torch::Tensor GradScaler::step_supporting_amp_scaling(
   }
   fused_step(scaled ? scale_ : torch::Tensor(), found_inf);
   if (options_.report_overflow() && found_inf.item<float>() != 0.0f) {
-    auto names = non_finite_parameters(optimizer);
-    overflowed_parameters_.insert(
-        overflowed_parameters_.end(), names.begin(), names.end());
+    record_non_finite(optimizer);
   }
   state.stage = Stage::stepped;
   return found_inf;
@@ -442,6 +439,7 @@ void GradScaler::update() {
         options_.growth_interval());
   }
   overflowed_parameters_.clear();
+  overflowed_where_.clear();
   ++updates_;
 }
 
@@ -482,42 +480,36 @@ void GradScaler::report(double old_scale, double new_scale) {
   r.old_scale = old_scale;
   r.new_scale = new_scale;
   r.parameters = overflowed_parameters_;
+  r.where = overflowed_where_;
   last_overflow_ = r;
   if (overflow_callback_) {
     overflow_callback_(r);
     return;
   }
-  std::ostringstream line;
-  line << "ampkit GradScaler: step " << r.step
-       << " skipped, non-finite gradients in ";
-  for (size_t i = 0; i < r.parameters.size(); ++i) {
-    line << (i ? ", " : "") << r.parameters[i];
-  }
-  line << "; scale " << detail::exact_number(old_scale) << " -> "
-       << detail::exact_number(new_scale) << '\n';
-  std::cerr << line.str();
+  warn(
+      kComponent,
+      detail::skipped_step_line(r.step, r.where, old_scale, new_scale));
 }
 
-std::vector<std::string> GradScaler::non_finite_parameters(
-    torch::optim::Optimizer& optimizer) const {
-  std::vector<std::string> names;
+void GradScaler::record_non_finite(torch::optim::Optimizer& optimizer) {
+  std::vector<std::pair<std::string, at::Tensor>> grads;
   auto& param_groups = optimizer.param_groups();
   for (size_t g = 0; g < param_groups.size(); ++g) {
     const auto& params = param_groups[g].params();
     for (size_t i = 0; i < params.size(); ++i) {
-      const at::Tensor& grad = params[i].grad();
-      if (!grad.defined()) {
-        continue;
-      }
-      const at::Tensor values = grad.is_sparse() ? grad._values() : grad;
-      if (at::isfinite(values).all().item<bool>()) {
-        continue;
-      }
       const std::string* named = registered_name(params[i]);
-      names.push_back(named != nullptr ? *named : position_name(g, i));
+      grads.emplace_back(
+          named != nullptr ? *named : position_name(g, i), params[i].grad());
     }
   }
-  return names;
+  const auto found = detail::find_non_finite(grads);
+  for (const auto& f : found) {
+    overflowed_parameters_.push_back(f.name);
+  }
+  if (!found.empty()) {
+    overflowed_where_ += (overflowed_where_.empty() ? "" : ", ") +
+                         detail::describe_non_finite(found);
+  }
 }
 
 void GradScaler::update(double new_scale) {
@@ -529,6 +521,7 @@ void GradScaler::update(double new_scale) {
   scale_.fill_(new_scale);
   per_optimizer_states_.clear();
   overflowed_parameters_.clear();
+  overflowed_where_.clear();
 }
 
 void GradScaler::update(const torch::Tensor& new_scale) {

@@ -15,12 +15,12 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <iostream>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "ampkit/error.h"
+#include "ampkit/utils/warnings.h"
 #include "dist/compat.h"
 #include "dist/group_impl.h"
 
@@ -238,6 +238,7 @@ ProcessGroup::ProcessGroup(
   auto& im = *impl_;
   im.env = env;
   im.options = options;
+  set_warning_rank(env.rank, env.world_size);
   if (options.timeout().count() <= 0) {
     throw InvalidArgument(
         kComponent,
@@ -270,14 +271,13 @@ ProcessGroup::ProcessGroup(
     o.numWorkers = static_cast<size_t>(size);
     o.waitWorkers = true;
     o.timeout = options.timeout();
-    if (env.rank == 0) {
-      std::cerr << "ampkit: warning: the rendezvous port " << env.master_addr
-                << ':' << env.master_port
-                << " (c10d TCPStore) is unauthenticated and listens on every "
-                   "interface: make it reachable only by the cluster's "
-                   "machines (firewall, private network)."
-                << std::endl;
-    }
+    warn(
+        kComponent,
+        "the rendezvous port " + env.master_addr + ':' +
+            std::to_string(env.master_port) +
+            " (c10d TCPStore) is unauthenticated and listens on every "
+            "interface: make it reachable only by the cluster's machines "
+            "(firewall, private network).");
     try {
       im.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     } catch (const std::exception& e) {

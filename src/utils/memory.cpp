@@ -5,10 +5,10 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
-#include <iostream>
 #include <string>
 
 #include "ampkit/error.h"
+#include "ampkit/utils/warnings.h"
 
 namespace ampkit {
 
@@ -82,8 +82,12 @@ int64_t batch_size_after_failure(
             "). Free memory, use mixed_precision bf16, or lower the model "
             "size.");
   }
-  std::cerr << kComponent << ": out of memory at batch size " << batch_size
-            << "; retrying with " << next << std::endl;
+  // Each process finds its own batch size, so each one says so.
+  warn(
+      kComponent,
+      "out of memory at batch size " + std::to_string(batch_size) +
+          "; retrying with " + std::to_string(next),
+      /*main_process_only=*/false);
   return next;
 }
 

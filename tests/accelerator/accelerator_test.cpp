@@ -541,8 +541,9 @@ TEST(AcceleratorTest, DetectAnomalyNamesTheFirstParameterWithANonFiniteGrad) {
       AMPKIT_EXPECT_THROWS_WITH(
           optimizer.step(),
           TrainingDiverged,
-          "detect_anomaly: the gradient of fc2.weight is non-finite at step "
-          "2");
+          "detect_anomaly: non-finite gradients at step 2 in fc2.weight (1 "
+          "NaN of 48 values), fc2.bias (1 inf of 3 values); the step was not "
+          "taken");
       expect_equal(snapshot(net), before);  // the step was not taken
     } else {
       optimizer.step();
@@ -569,8 +570,9 @@ TEST(AcceleratorTest, DetectAnomalyLogsEachSkippedStepUnderLossScaling) {
   }
   EXPECT_THAT(
       testing::internal::GetCapturedStderr(),
-      testing::HasSubstr("step 2 skipped: non-finite gradients in fc1.bias; "
-                         "loss scale 65536 -> 32768"));
+      testing::HasSubstr(
+          "ampkit Accelerator: warning: step 2 skipped: non-finite gradients "
+          "in fc1.bias (1 inf of 16 values); loss scale 65536 -> 32768"));
   EXPECT_TRUE(accelerator.optimizer_step_was_skipped());
 }
 

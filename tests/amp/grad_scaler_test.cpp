@@ -1,6 +1,7 @@
 // GradScaler: every stage transition and error of torch/amp/grad_scaler.py,
 // the golden scale trajectory, skipped steps, state round-trips, extensions.
 #include "ampkit/amp/grad_scaler.h"
+#include "ampkit/utils/warnings.h"
 
 #include <torch/torch.h>
 
@@ -600,7 +601,31 @@ TEST(GradScalerTest, OverflowReportNamesTheNonFiniteParameters) {
   EXPECT_THAT(
       reports[0].parameters,
       ::testing::ElementsAre("layer.w", "param_groups[0][1]"));
+  EXPECT_EQ(
+      reports[0].where,
+      "layer.w (1 inf of 3 values), param_groups[0][1] (1 NaN of 1 value)");
   ASSERT_TRUE(scaler.last_overflow().has_value());
+}
+
+// Without a callback the report is a warning, through the replaceable sink.
+TEST(GradScalerTest, OverflowReportGoesToTheWarningSink) {
+  std::vector<Warning> warnings;
+  const WarningHandler previous =
+      set_warning_handler([&](const Warning& w) { warnings.push_back(w); });
+  Tiny m;
+  GradScaler scaler(GradScalerOptions().report_overflow(true));
+  m.backward(scaler);
+  m.w.grad()[0] = kInf;
+  scaler.step(m.opt);
+  scaler.update();
+  set_warning_handler(previous);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].component, "GradScaler");
+  EXPECT_EQ(
+      warnings[0].message,
+      "step 0 skipped: non-finite gradients in param_groups[0][0] (1 inf of 3 "
+      "values); loss scale 65536 -> 32768");
+  EXPECT_TRUE(warnings[0].main_process_only);
 }
 
 TEST(GradScalerTest, OverflowReportIsOffByDefault) {

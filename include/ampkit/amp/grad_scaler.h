@@ -45,8 +45,9 @@ struct GradScalerOptions {
   /// Needs min_scale > 0.
   TORCH_ARG(int64_t, max_skipped_steps_at_min_scale) = 0;
   /// On each skipped step, find the parameters whose gradients were
-  /// non-finite and pass an OverflowReport to the overflow callback (stderr
-  /// by default). Off by default, and then it costs nothing.
+  /// non-finite and pass an OverflowReport to the overflow callback (by
+  /// default a warning through ampkit::warn). Off by default, and then it costs
+  /// nothing.
   TORCH_ARG(bool, report_overflow) = false;
 };
 
@@ -58,6 +59,9 @@ struct OverflowReport {
   /// Names of the parameters with inf/NaN gradients ("fc1.weight" when
   /// register_parameter_names was called, else "param_groups[g][i]").
   std::vector<std::string> parameters;
+  /// The same parameters with their counts, as ampkit's messages name them:
+  /// "layer.w (1 inf of 6 values), param_groups[0][1] (1 NaN of 2 values)".
+  std::string where;
 };
 
 /// The scaler's state as PyTorch's state_dict: "scale", "growth_factor",
@@ -174,8 +178,9 @@ class GradScaler {
   void report(double old_scale, double new_scale);
   /// The name given by register_parameter_names, or nullptr.
   const std::string* registered_name(const torch::Tensor& param) const;
-  std::vector<std::string> non_finite_parameters(
-      torch::optim::Optimizer& optimizer) const;
+  /// Adds the parameters of `optimizer` whose gradients hold inf/NaN to
+  /// the report of the step being skipped.
+  void record_non_finite(torch::optim::Optimizer& optimizer);
 
   GradScalerOptions options_;
   double init_scale_;
@@ -186,6 +191,7 @@ class GradScaler {
       per_optimizer_states_;
   // Parameters with non-finite gradients this iteration, for the report.
   std::vector<std::string> overflowed_parameters_;
+  std::string overflowed_where_;
   int64_t consecutive_overflows_ = 0;
   int64_t skipped_at_min_scale_ = 0;
   int64_t updates_ = 0;
