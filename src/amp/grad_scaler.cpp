@@ -17,90 +17,16 @@
 
 namespace ampkit {
 
+using detail::check_backoff_factor;
+using detail::check_growth_factor;
+using detail::check_growth_interval;
+using detail::check_scale_value;
+using detail::uses_extensions;
+using detail::validate;
+
 namespace {
 
 constexpr const char* kComponent = "GradScaler";
-
-void check_growth_factor(double v) {
-  if (!(v > 1.0) || !std::isfinite(v)) {
-    throw InvalidArgument(
-        kComponent,
-        "growth_factor must be > 1.0 and finite, got " +
-            detail::exact_number(v) +
-            ". It multiplies the scale after growth_interval clean steps; "
-            "PyTorch's default is 2.0.");
-  }
-}
-void check_backoff_factor(double v) {
-  if (!(v > 0.0 && v < 1.0)) {
-    throw InvalidArgument(
-        kComponent,
-        "backoff_factor must be in (0, 1), got " + detail::exact_number(v) +
-            ". It multiplies the scale after a step with inf/NaN gradients; "
-            "PyTorch's default is 0.5.");
-  }
-}
-void check_growth_interval(int64_t v) {
-  if (v < 1 || v > INT32_MAX) {
-    throw InvalidArgument(
-        kComponent,
-        "growth_interval must be >= 1 (and fit in int32), got " +
-            std::to_string(v) +
-            ". It counts the clean steps before the scale grows; PyTorch's "
-            "default is 2000.");
-  }
-}
-void check_scale_value(const char* what, double v) {
-  if (!(v > 0.0) || !std::isfinite(v) || v > 3.4028234663852886e38) {
-    throw InvalidArgument(
-        kComponent,
-        std::string(what) + " must be a positive, finite float32, got " +
-            detail::exact_number(v) +
-            ". PyTorch's default init_scale is 65536.0 (2^16).");
-  }
-}
-
-void validate(const GradScalerOptions& o) {
-  check_scale_value("init_scale", o.init_scale());
-  check_growth_factor(o.growth_factor());
-  check_backoff_factor(o.backoff_factor());
-  check_growth_interval(o.growth_interval());
-  if (o.hysteresis() < 1) {
-    throw InvalidArgument(
-        kComponent,
-        "hysteresis must be >= 1, got " + std::to_string(o.hysteresis()) +
-            ". 1 backs off on every overflow (PyTorch); N waits for N "
-            "overflows in a row.");
-  }
-  if (!(o.min_scale() >= 0.0) || !std::isfinite(o.min_scale()) ||
-      o.min_scale() > o.init_scale()) {
-    throw InvalidArgument(
-        kComponent,
-        "min_scale must be in [0, init_scale=" +
-            detail::exact_number(o.init_scale()) + "], got " +
-            detail::exact_number(o.min_scale()) + ". 0 means no floor.");
-  }
-  if (o.max_skipped_steps_at_min_scale() < 0) {
-    throw InvalidArgument(
-        kComponent,
-        "max_skipped_steps_at_min_scale must be >= 0, got " +
-            std::to_string(o.max_skipped_steps_at_min_scale()) +
-            ". 0 never stops training.");
-  }
-  if (o.max_skipped_steps_at_min_scale() > 0 && o.min_scale() == 0.0) {
-    throw InvalidArgument(
-        kComponent,
-        "max_skipped_steps_at_min_scale=" +
-            std::to_string(o.max_skipped_steps_at_min_scale()) +
-            " needs a floor, got min_scale 0. Set min_scale (for example "
-            "1.0) as well.");
-  }
-}
-
-bool uses_extensions(const GradScalerOptions& o) {
-  return o.hysteresis() > 1 || o.min_scale() > 0.0 ||
-         o.max_skipped_steps_at_min_scale() > 0;
-}
 
 using PerDevice = std::vector<std::pair<c10::Device, torch::Tensor>>;
 
@@ -124,44 +50,6 @@ std::string position_name(size_t group, size_t index) {
 }
 
 }  // namespace
-
-namespace detail {
-
-ScaleState next_scale_state(
-    const ScaleState& state, bool found_inf, const GradScalerOptions& o) {
-  ScaleState next = state;
-  if (found_inf) {
-    next.growth_tracker = 0;
-    next.consecutive_overflows = state.consecutive_overflows + 1;
-    const float floor = static_cast<float>(o.min_scale());
-    const bool at_floor = o.min_scale() > 0.0 && state.scale <= floor;
-    next.skipped_at_min_scale = at_floor ? state.skipped_at_min_scale + 1 : 0;
-    if (next.consecutive_overflows >= o.hysteresis()) {
-      float backed_off = static_cast<float>(state.scale * o.backoff_factor());
-      if (o.min_scale() > 0.0 && backed_off < floor) {
-        backed_off = floor;
-      }
-      next.scale = backed_off;
-    }
-    return next;
-  }
-  next.consecutive_overflows = 0;
-  next.skipped_at_min_scale = 0;
-  // A clean step: the tracker counts it before comparing with the interval.
-  const int64_t successful = int64_t(state.growth_tracker) + 1;
-  if (successful == o.growth_interval()) {
-    const float grown = static_cast<float>(state.scale * o.growth_factor());
-    if (std::isfinite(grown)) {
-      next.scale = grown;
-    }
-    next.growth_tracker = 0;
-  } else {
-    next.growth_tracker = static_cast<int32_t>(successful);
-  }
-  return next;
-}
-
-}  // namespace detail
 
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(options), init_scale_(options_.init_scale()) {
@@ -583,161 +471,6 @@ void GradScaler::set_growth_interval(int64_t new_interval) {
 }
 bool GradScaler::is_enabled() const {
   return options_.enabled();
-}
-
-namespace {
-constexpr const char* kStateKeys[] = {
-    "scale",
-    "growth_factor",
-    "backoff_factor",
-    "growth_interval",
-    "_growth_tracker",
-    "hysteresis",
-    "min_scale",
-    "max_skipped_steps_at_min_scale",
-    "_consecutive_overflows",
-    "_skipped_at_min_scale"};
-constexpr size_t kPyTorchKeys = 5;
-
-std::string known_keys() {
-  std::string out;
-  for (const char* k : kStateKeys) {
-    out += (out.empty() ? "" : ", ") + std::string(k);
-  }
-  return out;
-}
-
-double read_double(const GradScalerState& state, const std::string& key) {
-  const c10::IValue& v = state.at(key);
-  if (v.isDouble()) {
-    return v.toDouble();
-  }
-  if (v.isInt()) {
-    return double(v.toInt());
-  }
-  throw InvalidArgument(
-      kComponent,
-      "state key \"" + key + "\" must be a number, got a value of type " +
-          v.tagKind() + ".");
-}
-
-int64_t read_int(const GradScalerState& state, const std::string& key) {
-  const c10::IValue& v = state.at(key);
-  if (v.isInt()) {
-    return v.toInt();
-  }
-  if (v.isDouble() && std::floor(v.toDouble()) == v.toDouble()) {
-    return static_cast<int64_t>(v.toDouble());
-  }
-  throw InvalidArgument(
-      kComponent,
-      "state key \"" + key + "\" must be an integer, got " +
-          (v.isDouble() ? detail::exact_number(v.toDouble())
-                        : "a value of type " + v.tagKind()) +
-          ".");
-}
-}  // namespace
-
-GradScalerState GradScaler::state_dict() const {
-  if (!options_.enabled()) {
-    return {};
-  }
-  GradScalerState state;
-  state["scale"] = get_scale();
-  state["growth_factor"] = options_.growth_factor();
-  state["backoff_factor"] = options_.backoff_factor();
-  state["growth_interval"] = options_.growth_interval();
-  state["_growth_tracker"] = get_growth_tracker();
-  if (uses_extensions(options_)) {
-    state["hysteresis"] = options_.hysteresis();
-    state["min_scale"] = options_.min_scale();
-    state["max_skipped_steps_at_min_scale"] =
-        options_.max_skipped_steps_at_min_scale();
-    state["_consecutive_overflows"] = consecutive_overflows_;
-    state["_skipped_at_min_scale"] = skipped_at_min_scale_;
-  }
-  return state;
-}
-
-void GradScaler::load_state_dict(const GradScalerState& state) {
-  if (!options_.enabled()) {
-    return;
-  }
-  if (state.empty()) {
-    throw UsageError(
-        kComponent,
-        "The source state dict is empty, possibly because it was saved from "
-        "a disabled instance of GradScaler.");
-  }
-  for (const auto& [key, value] : state) {
-    bool known = false;
-    for (const char* k : kStateKeys) {
-      known = known || key == k;
-    }
-    if (!known) {
-      throw InvalidArgument(
-          kComponent,
-          "unknown state key \"" + key + "\"; known keys: " + known_keys() +
-              ".");
-    }
-  }
-  for (size_t i = 0; i < kPyTorchKeys; ++i) {
-    if (state.count(kStateKeys[i]) == 0) {
-      throw InvalidArgument(
-          kComponent,
-          std::string("state is missing the key \"") + kStateKeys[i] +
-              "\"; a GradScaler state has scale, growth_factor, "
-              "backoff_factor, growth_interval and _growth_tracker.");
-    }
-  }
-  // Everything is read and checked before anything changes, so a bad state
-  // leaves the scaler as it was.
-  GradScalerOptions next = options_;
-  next.init_scale(read_double(state, "scale"))
-      .growth_factor(read_double(state, "growth_factor"))
-      .backoff_factor(read_double(state, "backoff_factor"))
-      .growth_interval(read_int(state, "growth_interval"));
-  if (state.count("hysteresis")) {
-    next.hysteresis(read_int(state, "hysteresis"));
-  }
-  if (state.count("min_scale")) {
-    next.min_scale(read_double(state, "min_scale"));
-  }
-  if (state.count("max_skipped_steps_at_min_scale")) {
-    next.max_skipped_steps_at_min_scale(
-        read_int(state, "max_skipped_steps_at_min_scale"));
-  }
-  // The saved scale may sit below a floor it reached by update(new_scale);
-  // only the floor's own range is checked against it here.
-  GradScalerOptions check = next;
-  check.min_scale(std::min(next.min_scale(), next.init_scale()));
-  validate(check);
-  const int64_t tracker = read_int(state, "_growth_tracker");
-  if (tracker < 0 || tracker >= next.growth_interval()) {
-    throw InvalidArgument(
-        kComponent,
-        "_growth_tracker must be in [0, growth_interval=" +
-            std::to_string(next.growth_interval()) + "), got " +
-            std::to_string(tracker) + ".");
-  }
-  const int64_t overflows = state.count("_consecutive_overflows")
-                                ? read_int(state, "_consecutive_overflows")
-                                : 0;
-  const int64_t at_floor = state.count("_skipped_at_min_scale")
-                               ? read_int(state, "_skipped_at_min_scale")
-                               : 0;
-
-  options_ = next;
-  init_scale_ = next.init_scale();
-  init_growth_tracker_ = tracker;
-  if (scale_.defined()) {
-    scale_.fill_(init_scale_);
-  }
-  if (growth_tracker_.defined()) {
-    growth_tracker_.fill_(tracker);
-  }
-  consecutive_overflows_ = overflows;
-  skipped_at_min_scale_ = at_floor;
 }
 
 const std::string* GradScaler::registered_name(
