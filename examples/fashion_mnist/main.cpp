@@ -173,7 +173,9 @@ int run(const Args& args) {
        ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     int64_t epoch_samples = 0;
-    double running = 0;
+    // Summed on the device; read (a host sync) only when the display
+    // changes, not every step.
+    torch::Tensor running;
     int64_t since_log = 0;
     for (auto& batch : loader) {
       auto scope = accelerator.accumulate(model);
@@ -183,7 +185,7 @@ int run(const Args& args) {
       scheduler.step();
       optimizer.zero_grad();
       epoch_samples += batch.data.size(0);
-      running += loss.item<double>();
+      running = running.defined() ? running + loss.detach() : loss.detach();
       ++since_log;
       if (!accelerator.sync_gradients()) {
         continue;
@@ -193,8 +195,8 @@ int run(const Args& args) {
       // The mean loss over the last 20 micro-batches, for the display.
       if (since_log >= 20 || steps == 1 || steps == total_steps ||
           accelerator.end_of_dataloader()) {
-        train_loss = running / static_cast<double>(since_log);
-        running = 0;
+        train_loss = running.item<double>() / static_cast<double>(since_log);
+        running = torch::Tensor();
         since_log = 0;
       }
       const double secs = std::chrono::duration<double>(

@@ -16,6 +16,7 @@
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"
+#include "ampkit/utils/memory.h"
 #include "ampkit/utils/random.h"
 #include "ampkit/utils/warnings.h"
 #include "optim/compat.h"
@@ -205,6 +206,11 @@ Accelerator::Accelerator(AcceleratorOptions options)
   st.options = resolve_options(options);
   const ResolvedAcceleratorOptions& r = st.options;
   set_warning_rank(r.dist.rank, r.dist.world_size);
+  st.options.rows.push_back(
+      r.tune_malloc
+          ? OptionRow{"malloc", tune_malloc().description, "tune_malloc"}
+          : OptionRow{
+                "malloc", "the process's own settings", "tune_malloc false"});
   if (r.mixed_precision != Precision::no) {
     st.autocast.emplace(
         AutocastOptions(r.device.type(), to_dtype(r.mixed_precision))

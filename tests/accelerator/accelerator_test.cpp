@@ -641,6 +641,17 @@ TEST(AcceleratorTest, StartUpTablePrintsOnTheMainProcess) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_THAT(err, testing::HasSubstr("ampkit: Accelerator settings"));
   EXPECT_THAT(err, testing::HasSubstr("mixed_precision"));
+  // What tune_malloc did is a row of its own (and so of the logged config).
+  EXPECT_THAT(err, testing::HasSubstr("tune_malloc"));
+  EXPECT_THAT(err, testing::ContainsRegex("malloc +(mmap threshold|kept)"));
+}
+
+TEST(AcceleratorTest, TuneMallocFalseKeepsTheProcessSettings) {
+  testing::internal::CaptureStderr();
+  Accelerator accelerator(AcceleratorOptions().tune_malloc(false));
+  EXPECT_THAT(
+      testing::internal::GetCapturedStderr(),
+      testing::ContainsRegex("malloc +the process's own settings"));
 }
 
 TEST(AcceleratorTest, EnvironmentSetByALauncherIsUsed) {

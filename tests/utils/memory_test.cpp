@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <malloc.h>
+#include <stdlib.h>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -187,6 +190,43 @@ TEST(MemoryTest, RejectsANonPositiveStartingBatchSize) {
       InvalidArgument,
       "got -4.");
   EXPECT_EQ(calls, 0);
+}
+
+#if defined(__GLIBC__)
+// After tune_malloc, a tensor-sized block comes from the heap and goes back
+// to it: no mmap (which would page-fault it in again on every step).
+TEST(TuneMallocTest, TensorSizedBlocksStayOnTheHeap) {
+  const MallocTuning t = tune_malloc();
+  if (!t.applied) {
+    GTEST_SKIP() << "tune_malloc left malloc alone here: " << t.description;
+  }
+  EXPECT_EQ(t.description, "mmap threshold 256 MiB, trim threshold 512 MiB");
+  const size_t before = mallinfo2().hblks;
+  void* block = std::malloc(size_t(16) << 20);  // 16 MiB, glibc's default
+  ASSERT_NE(block, nullptr);                    // would mmap it
+  EXPECT_EQ(mallinfo2().hblks, before);
+  std::free(block);
+}
+
+TEST(TuneMallocTest, TheEnvironmentsOwnSettingsAreKept) {
+  ::setenv("MALLOC_TOP_PAD_", "1048576", 1);
+  const MallocTuning t = tune_malloc();
+  ::unsetenv("MALLOC_TOP_PAD_");
+  EXPECT_FALSE(t.applied);
+  EXPECT_EQ(t.description, "kept: MALLOC_TOP_PAD_ is set");
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536", 1);
+  const MallocTuning u = tune_malloc();
+  ::unsetenv("GLIBC_TUNABLES");
+  EXPECT_FALSE(u.applied);
+  EXPECT_EQ(u.description, "kept: GLIBC_TUNABLES sets glibc.malloc");
+}
+#endif
+
+TEST(TuneMallocTest, AThresholdOutOfRangeIsRefused) {
+  AMPKIT_EXPECT_THROWS_WITH(
+      tune_malloc(4096),
+      InvalidArgument,
+      "mmap_threshold_bytes must be in [1 MiB, 1 GiB], got 4096");
 }
 
 }  // namespace

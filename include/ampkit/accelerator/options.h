@@ -78,6 +78,12 @@ constexpr const char* kEnvAccelerateDebug = "ACCELERATE_DEBUG_MODE";
   _(bool, auto_log, false)                                                    \
   /* Optimizer steps between automatic logs, >= 1. */                         \
   _(int64_t, log_every_n_steps, 1)                                            \
+  /* Set glibc's mmap and trim thresholds so that LibTorch's CPU tensors      \
+     reuse freed memory instead of page-faulting fresh mmap()s every step     \
+     (ampkit::tune_malloc; the start-up table's malloc row says what it did). \
+     Left alone when the environment sets MALLOC_*_ or glibc.malloc           \
+     tunables; false keeps the process's own settings. */                     \
+  _(bool, tune_malloc, true)                                                  \
   /* No start-up table or choice lines on stderr (warnings still print). */   \
   _(bool, quiet, false)                                                       \
   /* Distributed runs (several processes started by ampkit launch, torchrun,  \

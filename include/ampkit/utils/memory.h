@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -20,6 +21,26 @@ bool is_out_of_memory(const std::exception& e);
 /// batch_size), computed exactly in integers (128 -> 115, 10 -> 9, 1 -> 0).
 /// Throws ampkit::InvalidArgument for a negative `batch_size`.
 int64_t next_batch_size(int64_t batch_size);
+
+/// What tune_malloc did, for the start-up table.
+struct MallocTuning {
+  bool applied = false;
+  /// "mmap threshold 256 MiB, trim threshold 512 MiB" or why nothing was
+  /// changed ("kept: MALLOC_MMAP_THRESHOLD_ is set", "not glibc").
+  std::string description;
+};
+
+/// glibc's malloc hands allocations above its mmap threshold (128 KiB at
+/// start, raised only as large blocks are freed) to fresh mmap()s, so each
+/// of LibTorch's activation and gradient tensors costs page faults on every
+/// step until the threshold has crept up (the demo CNN trains 2.4-4x
+/// slower in its first epoch). This sets the mmap threshold to
+/// `mmap_threshold_bytes` and the trim threshold to twice that, so freed
+/// tensor memory is reused instead of returned and faulted in again. It
+/// changes nothing when the environment sets glibc's own variables
+/// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_, or
+/// glibc.malloc tunables in GLIBC_TUNABLES), or off glibc.
+MallocTuning tune_malloc(int64_t mmap_threshold_bytes = int64_t(256) << 20);
 
 namespace detail {
 
