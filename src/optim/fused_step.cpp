@@ -28,12 +28,14 @@ using StateMap = OptimizerStateMap;
 
 constexpr const char* kHint =
     " The fused step needs torch::optim::Adam or AdamW without amsgrad, on "
-    "contiguous float32 CPU parameters with dense contiguous float32 "
-    "gradients; optimizer.step() handles everything else.";
+    "dense float32 CPU parameters (contiguous or channels-last) with float32 "
+    "gradients of the same layout; optimizer.step() handles everything else.";
 
+// The loop walks memory in order, so any dense, non-overlapping layout will
+// do as long as the parameter, its gradient and its state share it.
 bool is_plain_float_cpu(const at::Tensor& t) {
   return t.defined() && t.layout() == c10::kStrided && t.device().is_cpu() &&
-         t.scalar_type() == at::kFloat && t.is_contiguous();
+         t.scalar_type() == at::kFloat && t.is_non_overlapping_and_dense();
 }
 
 template <typename State>
@@ -49,9 +51,11 @@ std::optional<std::string> state_reason(
            " is not the optimizer's own param state type." + kHint;
   }
   for (const at::Tensor* buffer : {&s->exp_avg(), &s->exp_avg_sq()}) {
-    if (!is_plain_float_cpu(*buffer) || buffer->sizes() != p.sizes()) {
+    if (!is_plain_float_cpu(*buffer) || buffer->sizes() != p.sizes() ||
+        buffer->strides() != p.strides()) {
       return "fused_step: the exp_avg/exp_avg_sq state of " + name +
-             " must be a contiguous float32 CPU tensor shaped like it, got " +
+             " must be a dense float32 CPU tensor shaped and laid out like it, "
+             "got " +
              (buffer->defined() ? describe_tensor(*buffer) : "undefined") +
              "." + kHint;
     }
@@ -80,13 +84,14 @@ std::optional<std::string> reason_for(
       const std::string name = param_position(g, i);
       if (!is_plain_float_cpu(p)) {
         return "fused_step: " + name +
-               " must be a contiguous float32 CPU tensor, got " +
+               " must be a dense float32 CPU tensor, got " +
                describe_tensor(p) + "." + kHint;
       }
-      if (!is_plain_float_cpu(grad) || grad.sizes() != p.sizes()) {
+      if (!is_plain_float_cpu(grad) || grad.sizes() != p.sizes() ||
+          grad.strides() != p.strides()) {
         return "fused_step: the gradient of " + name +
-               " must be a dense contiguous float32 CPU tensor shaped like it, "
-               "got " +
+               " must be a dense float32 CPU tensor shaped and laid out like "
+               "it, got " +
                describe_tensor(grad) + "." + kHint;
       }
       if (auto reason = state_reason<State>(optimizer.state(), p, name)) {
