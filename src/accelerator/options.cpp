@@ -203,7 +203,11 @@ ResolvedAcceleratorOptions resolve_options(
   std::string precision_value = to_string(precision.value);
   std::string precision_source = precision.source;
   if (precision.value == Precision::automatic) {
-    const PrecisionChoice choice = auto_precision(r.device.type(), caps);
+    // On a CPU with native bf16, bf16 must also train faster here: the
+    // probe measures it once per machine (cached).
+    const PrecisionChoice choice = auto_precision(
+        r.device.type(),
+        r.device.is_cpu() ? with_cpu_bf16_measurement(caps) : caps);
     r.mixed_precision = choice.precision;
     r.auto_precision_reason = choice.reason;
     precision_value = "auto -> " + to_string(choice.precision);

@@ -198,8 +198,23 @@ PrecisionChoice auto_precision(
           units += units.empty() ? name : std::string(", ") + name;
         }
       }
+      const std::string native = "the CPU has native bf16 (" + units + ")";
+      if (!caps.cpu_bf16_training_speedup) {
+        return {Precision::bf16, native};
+      }
+      std::ostringstream measured;
+      measured.precision(2);
+      measured << std::fixed << *caps.cpu_bf16_training_speedup;
+      if (*caps.cpu_bf16_training_speedup >= kMinCpuBf16Speedup) {
+        return {
+            Precision::bf16,
+            native + " and bf16 training ops measured " + measured.str() +
+                "x as fast as fp32 here"};
+      }
       return {
-          Precision::bf16, "the CPU has native bf16 matmul (" + units + ")"};
+          Precision::no,
+          native + ", but bf16 training ops measured only " + measured.str() +
+              "x as fast as fp32 here"};
     }
     return {
         Precision::no,

@@ -303,6 +303,16 @@ PrecisionRecommendation recommend_precision(
   const PrecisionChoice choice = auto_precision(device, caps);
   const MatmulTiming* fp32 = find_timing(timings, device, "fp32");
   const bool fp32_measured = fp32 != nullptr && fp32->gflops.has_value();
+  if (device == c10::DeviceType::CPU && caps.cpu_bf16_training_speedup) {
+    // The training probe decided, as it does for `auto`: a matmul alone can
+    // be fast in bf16 while a training step is not. Its ratio is shown.
+    const MatmulTiming* bf16 = find_timing(timings, device, "bf16");
+    std::string reason = choice.reason;
+    if (fp32_measured && bf16 != nullptr && bf16->gflops) {
+      reason = ratio_text(*bf16, *fp32) + "; " + reason;
+    }
+    return {device, choice.precision, reason};
+  }
   if (choice.precision == Precision::no) {
     std::string reason = choice.reason;
     for (const char* dtype : {"bf16", "fp16"}) {
@@ -393,7 +403,9 @@ DoctorReport run_doctor(const DoctorOptions& options) {
             ". Use e.g. 0.2.");
   }
   DoctorReport report;
-  const Capabilities caps = Capabilities::current();
+  // With the bf16 training probe, so that the verdict is the one `auto`
+  // reaches (the probe's result is cached per machine).
+  const Capabilities caps = with_cpu_bf16_measurement(Capabilities::current());
   const int threads = at::get_num_threads();
 
   std::vector<c10::Device> devices = {c10::Device(c10::DeviceType::CPU)};

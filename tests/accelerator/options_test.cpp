@@ -27,6 +27,9 @@ Capabilities cpu_only(bool native_bf16, int torch_minor = 13) {
   caps.torch_minor = torch_minor;
   caps.cpu.avx2 = true;
   caps.cpu.amx_bf16 = native_bf16;
+  if (native_bf16) {
+    caps.cpu_bf16_training_speedup = 1.5;  // no probe of this machine
+  }
   return caps;
 }
 
@@ -111,6 +114,26 @@ TEST(OptionsTest, AutoChoosesBf16OnACpuWithNativeBf16) {
   EXPECT_THAT(r.auto_precision_reason, testing::HasSubstr("AMX-BF16"));
   EXPECT_EQ(row(r, "mixed_precision").value, "auto -> bf16");
   EXPECT_FALSE(r.loss_scaling);
+}
+
+// Native bf16 instructions are not enough: a CPU where bf16 measured slower
+// at training (the AVX512-BF16 EPYC of issue 15) gets fp32.
+TEST(OptionsTest, AutoFollowsTheMeasuredBf16TrainingSpeed) {
+  Capabilities slow = cpu_only(true);
+  slow.cpu_bf16_training_speedup = 0.8;
+  const auto r = resolve_options(
+      AcceleratorOptions().mixed_precision("auto"), env_of({}), slow);
+  EXPECT_EQ(r.mixed_precision, Precision::no);
+  EXPECT_THAT(
+      r.auto_precision_reason,
+      testing::HasSubstr(
+          "native bf16 (AMX-BF16), but bf16 training ops measured only 0.80x "
+          "as fast as fp32 here"));
+  const auto fast = resolve_options(
+      AcceleratorOptions().mixed_precision("auto"), env_of({}), cpu_only(true));
+  EXPECT_THAT(
+      fast.auto_precision_reason,
+      testing::HasSubstr("measured 1.50x as fast as fp32 here"));
 }
 
 TEST(OptionsTest, AutoChoosesFp32OnACpuWithoutNativeBf16) {

@@ -68,6 +68,10 @@ struct Capabilities {
   int current_cuda_device = 0;
   CpuCapability cpu;
   std::vector<CudaDeviceCapability> cuda_devices;
+  /// How much faster a short bf16-autocast training workload runs than fp32
+  /// on this CPU (fp32 time / bf16 time; see measure_cpu_bf16_training).
+  /// Unset until measured: current() does not measure.
+  std::optional<double> cpu_bf16_training_speedup;
 
   static Capabilities current();
 };
@@ -101,10 +105,36 @@ struct PrecisionChoice {
 
 /// accelerate's "auto", checked against the hardware: bf16 on a CUDA GPU of
 /// compute capability >= 8.0, fp16 on older GPUs, bf16 on a CPU with native
-/// bf16 (AVX512-BF16, AMX-BF16 or Arm BF16), otherwise no (fp32): without
-/// native bf16 a CPU runs bf16 autocast 15-20x slower than fp32.
+/// bf16 (AVX512-BF16, AMX-BF16 or Arm BF16) where training in it measured at
+/// least kMinCpuBf16Speedup times faster (cpu_bf16_training_speedup; by the
+/// instructions alone when unset), otherwise no (fp32): without native bf16
+/// a CPU runs bf16 autocast 15-20x slower than fp32.
 PrecisionChoice auto_precision(
     c10::DeviceType device_type, const Capabilities& caps);
+
+/// The bf16 training probe: a convolution and a linear layer of the demo
+/// CNN's sizes, forward and backward, in fp32 and under bf16 autocast,
+/// alternating, medians of 5 (about 0.3 s on a CPU with native bf16).
+struct CpuBf16Measurement {
+  double fp32_ms = 0;
+  double bf16_ms = 0;
+  double speedup = 0;   ///< fp32_ms / bf16_ms
+  bool cached = false;  ///< read from `cache_file`, not measured now
+  std::string cache_file;
+};
+
+/// Measures once per machine, LibTorch version and thread count, and keeps
+/// the result in ${XDG_CACHE_HOME:-~/.cache}/ampkit/cpu_bf16_probe.json (an
+/// unwritable cache is only a missed saving).
+CpuBf16Measurement measure_cpu_bf16_training();
+
+/// bf16 must train at least this much faster than fp32 for auto to pick it.
+constexpr double kMinCpuBf16Speedup = 1.1;
+
+/// `caps` with cpu_bf16_training_speedup filled in by the probe when the CPU
+/// has native bf16 and it is unset (a CPU without native bf16 needs no
+/// measurement: bf16 runs 15-20x slower there).
+Capabilities with_cpu_bf16_measurement(Capabilities caps);
 
 /// One line per device: "cpu: avx512_bf16 amx_bf16 ... native bf16: yes".
 std::string describe(const Capabilities& caps);
