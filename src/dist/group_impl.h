@@ -16,6 +16,8 @@ struct ProcessGroup::Impl {
   DistEnv env;
   GroupOptions options;
   std::string backend;
+  /// The device the group was made for (its GPU under NCCL).
+  c10::Device device{c10::DeviceType::CPU};
   std::string rendezvous;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;

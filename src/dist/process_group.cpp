@@ -238,6 +238,7 @@ ProcessGroup::ProcessGroup(
   auto& im = *impl_;
   im.env = env;
   im.options = options;
+  im.device = device;
   set_warning_rank(env.rank, env.world_size);
   if (options.timeout().count() <= 0) {
     throw InvalidArgument(
@@ -449,7 +450,7 @@ std::vector<std::vector<int64_t>> ProcessGroup::all_shapes(
     p[2 + i] = tensor.size(i);
   }
   if (im.backend == "nccl") {
-    mine = mine.to(tensor.device());
+    mine = mine.to(im.device);
   }
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int64_t r = 0; r < im.env.world_size; ++r) {
@@ -500,6 +501,20 @@ void check_same(
 }
 }  // namespace
 
+namespace {
+
+// What the backend takes: NCCL refuses CPU tensors, so under NCCL a CPU
+// tensor (a count, a flag, a metric built with torch::tensor) makes the
+// round trip through the group's GPU; results come back on its device.
+at::Tensor for_backend(const ProcessGroup::Impl& im, const at::Tensor& t) {
+  if (im.backend == "nccl" && !t.is_cuda()) {
+    return t.to(im.device).contiguous();
+  }
+  return t.contiguous();
+}
+
+}  // namespace
+
 void ProcessGroup::barrier() {
   try {
     impl_->pg->barrier()->wait();
@@ -518,7 +533,7 @@ void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   }
   check_same(*this, "all_reduce", tensor);
   try {
-    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    std::vector<at::Tensor> tensors{for_backend(*impl_, tensor)};
     c10d::AllreduceOptions o;
     o.reduceOp =
         op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
@@ -538,12 +553,15 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(
     const torch::Tensor& tensor) {
   check_same(*this, "gather (all_gather)", tensor);
   try {
-    std::vector<at::Tensor> inputs{tensor.contiguous()};
+    std::vector<at::Tensor> inputs{for_backend(*impl_, tensor)};
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int64_t r = 0; r < size(); ++r) {
       outputs[0].push_back(torch::empty_like(inputs[0]));
     }
     impl_->pg->allgather(outputs, inputs)->wait();
+    for (auto& t : outputs[0]) {
+      t = t.to(tensor.device());
+    }
     return outputs[0];
   } catch (...) {
     rethrow_explained("gather (all_gather)");
@@ -553,7 +571,7 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(
 void ProcessGroup::broadcast(torch::Tensor& tensor, int64_t root) {
   check_same(*this, "broadcast", tensor);
   try {
-    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    std::vector<at::Tensor> tensors{for_backend(*impl_, tensor)};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     impl_->pg->broadcast(tensors, o)->wait();

@@ -107,6 +107,20 @@ TEST_F(AcceleratorGpuTest, NcclOneProcessCollectives) {
       torch::ones({}, torch::dtype(torch::kInt).device(torch::kCUDA));
   group.all_reduce(trigger, dist::ReduceOp::sum);
   EXPECT_EQ(trigger.item<int>(), 1);
+  // NCCL refuses CPU tensors; the group takes them through its GPU and
+  // gives them back on the CPU (a count built with torch::tensor).
+  auto count = torch::tensor({7L});
+  group.all_reduce(count, dist::ReduceOp::sum);
+  EXPECT_TRUE(count.device().is_cpu());
+  EXPECT_EQ(count.item<int64_t>(), 7);
+  const auto cpu_gathered = group.all_gather(torch::arange(3));
+  ASSERT_EQ(cpu_gathered.size(), 1u);
+  EXPECT_TRUE(cpu_gathered[0].device().is_cpu());
+  EXPECT_TRUE(torch::equal(cpu_gathered[0], torch::arange(3)));
+  auto cpu_root = torch::full({2}, 5.0);
+  group.broadcast(cpu_root, 0);
+  EXPECT_TRUE(cpu_root.device().is_cpu());
+  EXPECT_TRUE(torch::equal(cpu_root, torch::full({2}, 5.0)));
   std::vector<torch::Tensor> coalesced = {
       torch::ones({3}, torch::kCUDA), torch::zeros({2, 2}, torch::kCUDA)};
   group.broadcast_coalesced(coalesced, 0);
