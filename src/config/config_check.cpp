@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 using ampkit::detail::join;
 
 diag::CheckResult check_config_file(const std::optional<std::string>& given) {
-  const std::string path = given ? *given : default_config_path();
+  const std::string path = given ? *given : config_path_to_read();
   diag::CheckResult check{"config", diag::CheckStatus::ok, "", ""};
   std::error_code ec;
   if (!fs::exists(path, ec)) {
@@ -28,7 +28,8 @@ diag::CheckResult check_config_file(const std::optional<std::string>& given) {
       check.value = "none (defaults)";
       check.detail = "looked for " + path +
                      " ($AMPKIT_CONFIG_FILE, else ${XDG_CACHE_HOME:-~/.cache}/"
-                     "ampkit/default_config.yaml).";
+                     "ampkit/default_config.yaml, else accelerate's " +
+                     accelerate_config_path() + ").";
     }
     return check;
   }

@@ -341,18 +341,49 @@ class Reader {
 
 }  // namespace
 
+namespace {
+
+fs::path cache_home() {
+  if (const char* xdg = std::getenv(kEnvXdgCacheHome); xdg && *xdg) {
+    return xdg;
+  }
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : ".") / ".cache";
+}
+
+}  // namespace
+
 std::string default_config_path() {
   if (const char* env = std::getenv(kEnvConfigFile); env && *env) {
     return env;
   }
-  fs::path cache;
-  if (const char* xdg = std::getenv(kEnvXdgCacheHome); xdg && *xdg) {
-    cache = xdg;
+  return (cache_home() / "ampkit" / "default_config.yaml").string();
+}
+
+std::string accelerate_config_path() {
+  // accelerate/commands/config/config_args.py: $HF_HOME, else
+  // ${XDG_CACHE_HOME:-~/.cache}/huggingface.
+  fs::path hf_home;
+  if (const char* hf = std::getenv("HF_HOME"); hf && *hf) {
+    hf_home = hf;
   } else {
-    const char* home = std::getenv("HOME");
-    cache = fs::path(home ? home : ".") / ".cache";
+    hf_home = cache_home() / "huggingface";
   }
-  return (cache / "ampkit" / "default_config.yaml").string();
+  return (hf_home / "accelerate" / "default_config.yaml").string();
+}
+
+std::string config_path_to_read() {
+  const std::string ours = default_config_path();
+  std::error_code ec;
+  if (std::getenv(kEnvConfigFile) != nullptr &&
+      *std::getenv(kEnvConfigFile) != '\0') {
+    return ours;
+  }
+  if (fs::exists(ours, ec)) {
+    return ours;
+  }
+  const std::string theirs = accelerate_config_path();
+  return fs::exists(theirs, ec) ? theirs : ours;
 }
 
 const std::vector<std::string>& known_keys() {

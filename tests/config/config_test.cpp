@@ -332,5 +332,37 @@ TEST(DefaultConfigPathTest, HonoursAmpkitConfigFileThenXdgCacheHome) {
   }
 }
 
+// An accelerate user's answers count: with no ampkit file, launch, env and
+// doctor read $HF_HOME/accelerate/default_config.yaml (accelerate's path).
+TEST(DefaultConfigPathTest, ReadsAccelerateDefaultConfigWhenAmpkitHasNone) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ampkit_cfg_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ScopedEnv file("AMPKIT_CONFIG_FILE", nullptr);
+  ScopedEnv xdg("XDG_CACHE_HOME", (dir / "xdg").c_str());
+  ScopedEnv hf("HF_HOME", nullptr);
+  const std::string ours = (dir / "xdg/ampkit/default_config.yaml").string();
+  const std::string theirs =
+      (dir / "xdg/huggingface/accelerate/default_config.yaml").string();
+  EXPECT_EQ(accelerate_config_path(), theirs);
+  EXPECT_EQ(config_path_to_read(), ours);  // neither exists: ampkit's
+  fs::create_directories(fs::path(theirs).parent_path());
+  std::ofstream(theirs) << "mixed_precision: bf16\n";
+  EXPECT_EQ(config_path_to_read(), theirs);
+  EXPECT_EQ(
+      load_config(config_path_to_read()).mixed_precision, Precision::bf16);
+  EXPECT_EQ(default_config_path(), ours);  // ampkit config still writes its own
+  fs::create_directories(fs::path(ours).parent_path());
+  std::ofstream(ours) << "mixed_precision: fp16\n";
+  EXPECT_EQ(config_path_to_read(), ours);  // ampkit's own file comes first
+  {
+    ScopedEnv hf_home("HF_HOME", (dir / "hf").c_str());
+    EXPECT_EQ(
+        accelerate_config_path(),
+        (dir / "hf/accelerate/default_config.yaml").string());
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ampkit::config

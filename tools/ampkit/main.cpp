@@ -91,8 +91,14 @@ struct ConfigArgs {
   std::string config_file;  // "" = config::default_config_path()
   std::string mixed_precision = "no";
 
+  // Where `ampkit config` writes.
   std::string path() const {
     return config_file.empty() ? ampkit::config::default_config_path()
+                               : config_file;
+  }
+  // What `ampkit env` reads: also accelerate's file when ampkit has none.
+  std::string read_path() const {
+    return config_file.empty() ? ampkit::config::config_path_to_read()
                                : config_file;
   }
 };
@@ -219,7 +225,7 @@ int run_env(const ConfigArgs& args) {
     out << "  warning: fewer threads than cores: call torch::set_num_threads("
         << cores << ") or set OMP_NUM_THREADS=" << cores << ".\n";
   }
-  const std::string path = args.path();
+  const std::string path = args.read_path();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     out << "config: none (looked for " << path << ")\n";
@@ -464,7 +470,7 @@ int main(int argc, char** argv) {
   if (test->parsed()) {
     try {
       const std::string path = test_config_file.empty()
-                                   ? ampkit::config::default_config_path()
+                                   ? ampkit::config::config_path_to_read()
                                    : test_config_file;
       if (test_processes->count() == 0 &&
           (!test_config_file.empty() || std::filesystem::exists(path))) {
@@ -492,7 +498,7 @@ int main(int argc, char** argv) {
       }
       // Precedence: flag > config file > default.
       const std::string path = launch_config_file.empty()
-                                   ? ampkit::config::default_config_path()
+                                   ? ampkit::config::config_path_to_read()
                                    : launch_config_file;
       std::vector<std::string> defaults;
       if (std::filesystem::exists(path)) {

@@ -293,10 +293,10 @@ class Accelerator {
   /// The process group of a distributed run, else nullptr.
   dist::ProcessGroup* process_group() const;
   /// Prints the arguments, separated by spaces, as one line on stdout, on
-  /// the main process only.
+  /// each machine's main process (accelerate's print: once per node).
   template <typename... Args>
   void print(const Args&... args) const {
-    if (!is_main_process()) {
+    if (!is_local_main_process()) {
       return;
     }
     std::ostringstream line;

@@ -32,9 +32,19 @@ struct ConfigValues {
 
 namespace ampkit::config {
 
-/// The config file's location: $AMPKIT_CONFIG_FILE, else
+/// Where ampkit writes its config file: $AMPKIT_CONFIG_FILE, else
 /// ${XDG_CACHE_HOME:-~/.cache}/ampkit/default_config.yaml.
 std::string default_config_path();
+
+/// accelerate's default config file: $HF_HOME/accelerate/default_config.yaml,
+/// HF_HOME defaulting to ${XDG_CACHE_HOME:-~/.cache}/huggingface.
+std::string accelerate_config_path();
+
+/// The config file launch, env, doctor and test read: $AMPKIT_CONFIG_FILE;
+/// else ampkit's default file when it exists; else accelerate's when it
+/// exists (an accelerate user's `accelerate config` answers count); else
+/// ampkit's default path (which does not exist: defaults apply).
+std::string config_path_to_read();
 
 /// The settings of accelerate's default_config.yaml that ampkit uses, with
 /// accelerate's defaults. Keys ampkit does not act on but accelerate writes
