@@ -130,6 +130,10 @@ std::shared_ptr<LoaderPosition> register_loader(
     AcceleratorState& state, const data::ShardedSampler& sampler) {
   auto position = std::make_shared<LoaderPosition>(LoaderPosition{sampler, 0});
   state.loaders.push_back(position);
+  // accelerate's split_batches is the Accelerator's: one prepared loader
+  // that splits its batches makes the schedulers step once per step.
+  state.split_batches =
+      state.split_batches || sampler.options().split_batches();
   return position;
 }
 

@@ -135,8 +135,10 @@ void PreparedScheduler::step() {
     return;
   }
   // As accelerate: a schedule written for one process advances once per
-  // process, since each optimizer step consumed num_processes batches.
-  const bool per_process = state_->options.step_scheduler_with_optimizer;
+  // process, since each optimizer step consumed num_processes batches;
+  // with split_batches a step consumed one batch, so it advances once.
+  const bool per_process =
+      state_->options.step_scheduler_with_optimizer && !state_->split_batches;
   const int64_t times = per_process ? state_->num_processes : 1;
   for (int64_t i = 0; i < times; ++i) {
     scheduler_->step();

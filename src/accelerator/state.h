@@ -94,6 +94,8 @@ struct AcceleratorState {
   // Checkpointing: what save_state writes besides models and optimizers.
   std::vector<optim::LRScheduler*> schedulers;
   std::vector<std::shared_ptr<LoaderPosition>> loaders;
+  // A prepared loader splits each batch across the processes.
+  bool split_batches = false;
   struct Registered {
     std::function<StateDict()> save;
     std::function<void(const StateDict&)> load;

@@ -221,6 +221,10 @@ TEST_F(DistTest, MicroStepsKeepLocalGradientsAndTheSyncStepAveragesThem) {
   expect_all_ok(run(2, {"micro_steps"}));
 }
 
+TEST_F(DistTest, SchedulerStepsOncePerProcessOrOnceWithSplitBatches) {
+  expect_all_ok(run(2, {"scheduler_steps"}));
+}
+
 TEST_F(DistTest, ParameterWithoutGradientIsAnErrorNamingIt) {
   const auto results = run(2, {"unused"});
   expect_all_ok(results);

@@ -173,6 +173,41 @@ int micro_steps() {
   return 0;
 }
 
+// accelerate's AcceleratedScheduler: a prepared scheduler advances
+// num_processes times per optimizer step, once with split_batches (each step
+// then consumed one global batch, not num_processes).
+int scheduler_steps() {
+  ampkit::Accelerator accelerator(base_options());
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), 0.01);
+  ampkit::optim::StepLR step_lr(sgd, 1000);
+  auto [model, optimizer, scheduler] = accelerator.prepare(net, sgd, step_lr);
+  auto one_step =
+      [&, &model = model, &optimizer = optimizer, &scheduler = scheduler] {
+        auto [x, y] = global_batch(0, 4);
+        accelerator.backward(torch::mse_loss(model(x), y));
+        optimizer.step();
+        scheduler.step();
+        optimizer.zero_grad();
+      };
+  one_step();
+  CHECK_OR_FAIL(
+      step_lr.last_epoch() == 2,
+      "without split_batches the scheduler should advance 2 times, got " +
+          std::to_string(step_lr.last_epoch()));
+  auto loader = accelerator.prepare_data_loader(
+      Indices(8).map(torch::data::transforms::Stack<>()),
+      torch::data::DataLoaderOptions(4),
+      ampkit::data::ShardedSamplerOptions().split_batches(true));
+  (void)loader;  // preparing it is what tells the Accelerator
+  one_step();
+  CHECK_OR_FAIL(
+      step_lr.last_epoch() == 3,
+      "with split_batches the scheduler should advance once, got to " +
+          std::to_string(step_lr.last_epoch()));
+  return 0;
+}
+
 struct TwoHeadsImpl : torch::nn::Module {
   TwoHeadsImpl()
       : used(register_module("used", torch::nn::Linear(8, 1))),
@@ -445,6 +480,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "micro_steps") {
       return micro_steps();
+    }
+    if (scenario == "scheduler_steps") {
+      return scheduler_steps();
     }
     if (scenario == "unused") {
       return unused_parameters(false);
