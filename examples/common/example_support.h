@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -72,10 +73,15 @@ inline void add_run_flags(CLI::App& app, RunFlags& f) {
 }
 
 // Sets LibTorch's intra-op threads (0: every core) and returns the count.
+// --threads 0: OMP_NUM_THREADS when set (ampkit launch shares the cores
+// among its processes through it), else every core.
 inline int set_threads(int threads) {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const int from_env = omp != nullptr ? std::atoi(omp) : 0;
   const int n =
-      threads > 0
-          ? threads
+      threads > 0 ? threads
+      : from_env > 0
+          ? from_env
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(n);
   return n;

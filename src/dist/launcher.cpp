@@ -4,13 +4,16 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -24,6 +27,19 @@
 
 namespace ampkit::dist {
 namespace {
+
+// accelerate launch's default: the machine's cores shared among its
+// processes, at least one each.
+int64_t threads_per_process(int64_t local_processes) {
+  // The cores this process may run on (a container's or taskset's limit),
+  // as nproc counts them.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int64_t cores = ::sched_getaffinity(0, sizeof set, &set) == 0
+                            ? std::max(1, CPU_COUNT(&set))
+                            : std::max(1u, std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_processes));
+}
 
 constexpr const char* kComponent = "Launch";
 int g_signal_pipe[2] = {-1, -1};
@@ -209,6 +225,12 @@ class Group {
         set("LOCAL_WORLD_SIZE", std::to_string(local));
         set("MASTER_ADDR", o_.main_process_ip);
         set("MASTER_PORT", std::to_string(port_));
+        if (o_.num_cpu_threads_per_process > 0) {
+          set("OMP_NUM_THREADS",
+              std::to_string(o_.num_cpu_threads_per_process));
+        } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+          set("OMP_NUM_THREADS", std::to_string(threads_per_process(local)));
+        }
         // One machine: a fresh id per group keeps restarts and other runs
         // apart. Several launchers must agree, so they key on the port.
         if (o_.num_machines == 1) {
@@ -445,6 +467,13 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
         "machine_rank must be in [0, num_machines=" +
             std::to_string(o.num_machines) + "), got " +
             std::to_string(o.machine_rank) + ".");
+  }
+  if (o.num_cpu_threads_per_process < 0) {
+    throw InvalidArgument(
+        kComponent,
+        "num_cpu_threads_per_process must be >= 0, got " +
+            std::to_string(o.num_cpu_threads_per_process) +
+            ". 0 shares the machine's cores among its processes.");
   }
   if (o.max_restarts < 0) {
     throw InvalidArgument(

@@ -8,7 +8,7 @@ export AMPKIT_CONFIG_FILE="$dir/none.yaml" AMPKIT_RDZV_DIR="$dir/rdzv"
 fail() { echo "launch_test: $*" >&2; exit 1; }
 cat > "$dir/w.sh" <<'W'
 #!/usr/bin/env bash
-echo "env RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MP=${AMPKIT_MIXED_PRECISION:-}"
+echo "env RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MP=${AMPKIT_MIXED_PRECISION:-} OMP=${OMP_NUM_THREADS:-}"
 case "${1:-}" in
   fail7) if [ "$RANK" = 1 ]; then echo "rank one gives up"; exit 7; fi; sleep 61.5 ;;
   sleep) sleep 61.5 ;;
@@ -21,12 +21,19 @@ alive() { pgrep -f "$dir/w.sh" >/dev/null || pgrep -f "sleep 61.5" >/dev/null; }
 # may take a while to reap them, and a fixed sleep would flake.
 gone() { for _ in $(seq 100); do alive || return 0; sleep 0.1; done; return 1; }
 
-# 1. Each worker sees its own environment, output prefixed with its rank.
-out="$("$ampkit" launch --num_processes 2 --mixed-precision bf16 "$dir/w.sh" 2>&1)"
+# 1. Each worker sees its own environment, output prefixed with its rank;
+#    the cores are shared among the processes (accelerate launch's
+#    OMP_NUM_THREADS), or --num_cpu_threads_per_process says how many.
+threads=$(( $(nproc) / 2 )); [ "$threads" -ge 1 ] || threads=1
+out="$(env -u OMP_NUM_THREADS "$ampkit" launch --num_processes 2 --mixed-precision bf16 "$dir/w.sh" 2>&1)"
 for r in 0 1; do
-  grep -q "^\[rank $r\] env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MP=bf16$" <<<"$out" ||
+  grep -q "^\[rank $r\] env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MP=bf16 OMP=$threads$" <<<"$out" ||
     fail "rank $r's environment or prefix: $out"
 done
+out3="$("$ampkit" launch --num_processes 2 --num_cpu_threads_per_process 3 "$dir/w.sh" 2>&1)"
+grep -q "^\[rank 1\] env .* OMP=3$" <<<"$out3" || fail "--num_cpu_threads_per_process 3: $out3"
+out5="$(OMP_NUM_THREADS=5 "$ampkit" launch --num_processes 2 "$dir/w.sh" 2>&1)"
+grep -q "^\[rank 0\] env .* OMP=5$" <<<"$out5" || fail "an OMP_NUM_THREADS already set is passed on: $out5"
 grep -q "using the defaults num_machines=1" <<<"$out" || fail "no warning about defaults: $out"
 
 # 2. A worker exiting 7: the launcher exits 7 within 10 s, says which rank

@@ -416,6 +416,13 @@ int main(int argc, char** argv) {
       "micro-batches per step");
   given["debug"] = launch->add_flag(
       flags("debug"), launch_options.debug, "shape checks before collectives");
+  launch
+      ->add_option(
+          flags("num-cpu-threads-per-process"),
+          launch_options.num_cpu_threads_per_process,
+          "OMP_NUM_THREADS of each process (default: an OMP_NUM_THREADS "
+          "already set, else the cores shared among the processes)")
+      ->check(CLI::NonNegativeNumber);
   launch->add_flag(
       flags("tee"), launch_options.tee, "with --log_dir, print the lines too");
   launch->add_option(

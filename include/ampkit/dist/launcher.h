@@ -25,6 +25,11 @@ struct LaunchOptions {
   bool cpu = false;
   int64_t gradient_accumulation_steps = 0;
   bool debug = false;
+  /// OMP_NUM_THREADS for each worker (accelerate's
+  /// --num_cpu_threads_per_process). 0: an OMP_NUM_THREADS already set is
+  /// passed on, else the machine's cores are shared among its processes
+  /// (at least 1 each), so N CPU workers do not oversubscribe the cores.
+  int64_t num_cpu_threads_per_process = 0;
   /// One log per rank (rank_<r>.log); the console gets the lines too with tee.
   std::string log_dir;
   bool tee = false;
