@@ -12,6 +12,40 @@ namespace ampkit {
 
 namespace {
 constexpr const char* kComponent = "Accelerator";
+
+std::vector<torch::Tensor> defined_grads(
+    const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) {
+      grads.push_back(p.grad());
+    }
+  }
+  return grads;
+}
+
+// torch::nn::utils::clip_grad_norm_'s total norm, on `device`; 0 without
+// gradients.
+torch::Tensor total_norm(
+    const std::vector<torch::Tensor>& grads,
+    double norm_type,
+    const c10::Device& device) {
+  if (grads.empty()) {
+    return torch::zeros({}, torch::TensorOptions().device(device));
+  }
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  if (std::isinf(norm_type)) {
+    for (const auto& g : grads) {
+      norms.push_back(g.abs().max().to(device));
+    }
+    return norms.size() == 1 ? norms[0] : torch::stack(norms).max();
+  }
+  for (const auto& g : grads) {
+    norms.push_back(g.norm(norm_type).to(device));
+  }
+  return torch::stack(norms).norm(norm_type);
+}
 }  // namespace
 
 void Accelerator::unscale_gradients() {
@@ -43,34 +77,22 @@ torch::Tensor Accelerator::clip_grad_norm_(
         "clip_grad_norm_ needs norm_type > 0 (or infinity), got " +
             std::to_string(norm_type) + ". Use 2.0 for the Euclidean norm.");
   }
+  torch::NoGradGuard no_grad;
   if (!state_->sync_gradients) {
-    return {};
+    // The gradients are partial and, under loss scaling, still scaled:
+    // nothing is clipped or unscaled in place, but the norm of what has
+    // accumulated so far is returned (unscaled), so that code ported from
+    // accelerate, which returns a norm on every call, can read it.
+    const torch::Tensor partial =
+        total_norm(defined_grads(parameters), norm_type, device());
+    return state_->scaler ? partial / state_->scaler->get_scale() : partial;
   }
   unscale_gradients();
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : parameters) {
-    if (p.grad().defined()) {
-      grads.push_back(p.grad());
-    }
-  }
+  std::vector<torch::Tensor> grads = defined_grads(parameters);
   if (grads.empty()) {
     return torch::zeros({}, torch::TensorOptions().device(device()));
   }
-  std::vector<torch::Tensor> norms;
-  norms.reserve(grads.size());
-  torch::Tensor total;
-  if (std::isinf(norm_type)) {
-    for (const auto& g : grads) {
-      norms.push_back(g.abs().max().to(device()));
-    }
-    total = norms.size() == 1 ? norms[0] : torch::stack(norms).max();
-  } else {
-    for (const auto& g : grads) {
-      norms.push_back(g.norm(norm_type).to(device()));
-    }
-    total = torch::stack(norms).norm(norm_type);
-  }
+  const torch::Tensor total = total_norm(grads, norm_type, device());
   // PyTorch's clip_grad_norm_: multiply by the clamped coefficient without
   // a host sync (a no-op factor of 1 when the norm is below max_norm).
   const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);

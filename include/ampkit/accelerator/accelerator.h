@@ -146,8 +146,9 @@ class Accelerator {
   /// torch::nn::utils::clip_grad_norm_ on the unscaled gradients (unscaling
   /// the prepared optimizers first under loss scaling). Returns the total
   /// norm (0-dim, float) before clipping. On an accumulation micro-step the
-  /// gradients are partial: nothing happens and the result is undefined;
-  /// the synchronising micro-step clips the whole sum.
+  /// gradients are partial: nothing is clipped or unscaled, and the result
+  /// is the norm accumulated so far (divided by the loss scale); the
+  /// synchronising micro-step clips the whole sum.
   torch::Tensor clip_grad_norm_(
       const std::vector<torch::Tensor>& parameters,
       double max_norm,
