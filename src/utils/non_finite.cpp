@@ -11,23 +11,28 @@ std::vector<NonFiniteTensor> find_non_finite(
     const std::vector<std::pair<std::string, at::Tensor>>& named) {
   std::vector<size_t> checked;
   std::vector<at::Tensor> values;
-  std::vector<at::Tensor> bad;
+  std::vector<at::Tensor> flags;
   for (size_t i = 0; i < named.size(); ++i) {
     const at::Tensor& t = named[i].second;
     if (!t.defined()) {
       continue;
     }
     at::Tensor v = t.is_sparse() ? t._values() : t;
-    bad.push_back(at::isfinite(v).logical_not().any().to(at::kCPU));
+    // Gathered on the first tensor's device, so that one copy to the host
+    // reads them all.
+    const c10::Device device = values.empty() ? v.device() : values[0].device();
+    flags.push_back(at::isfinite(v).logical_not().any().to(device));
     checked.push_back(i);
     values.push_back(std::move(v));
   }
   std::vector<NonFiniteTensor> found;
-  if (bad.empty() || !at::stack(bad).any().item<bool>()) {
+  if (flags.empty()) {
     return found;
   }
+  const at::Tensor bad = at::stack(flags).to(at::kCPU);  // the one host sync
+  const bool* is_bad = bad.data_ptr<bool>();
   for (size_t k = 0; k < checked.size(); ++k) {
-    if (!bad[k].item<bool>()) {
+    if (!is_bad[k]) {
       continue;
     }
     NonFiniteTensor f;
