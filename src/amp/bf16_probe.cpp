@@ -16,19 +16,14 @@
 
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/capability.h"
+#include "ampkit/utils/env.h"
 
 namespace ampkit {
 
 namespace {
 
 std::filesystem::path cache_file() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::filesystem::path base =
-      xdg != nullptr && *xdg != '\0'
-          ? std::filesystem::path(xdg)
-          : std::filesystem::path(home != nullptr ? home : ".") / ".cache";
-  return base / "ampkit" / "cpu_bf16_probe.json";
+  return std::filesystem::path(cache_home()) / "ampkit" / "cpu_bf16_probe.json";
 }
 
 std::string cpu_model() {

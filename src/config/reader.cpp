@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ampkit/error.h"
+#include "ampkit/utils/env.h"
 #include "config/parse.h"
 
 #include "utils/strings.h"
@@ -40,8 +41,6 @@ using detail::yaml_string;
 
 /// The config file to use instead of the default location (DESIGN.md).
 constexpr const char* kEnvConfigFile = "AMPKIT_CONFIG_FILE";
-/// Base of the default location, ~/.cache when unset (XDG base directories).
-constexpr const char* kEnvXdgCacheHome = "XDG_CACHE_HOME";
 
 /// The LaunchConfig fields, by their accelerate key.
 const std::vector<std::string> kAmpkitKeys = {
@@ -341,23 +340,11 @@ class Reader {
 
 }  // namespace
 
-namespace {
-
-fs::path cache_home() {
-  if (const char* xdg = std::getenv(kEnvXdgCacheHome); xdg && *xdg) {
-    return xdg;
-  }
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : ".") / ".cache";
-}
-
-}  // namespace
-
 std::string default_config_path() {
   if (const char* env = std::getenv(kEnvConfigFile); env && *env) {
     return env;
   }
-  return (cache_home() / "ampkit" / "default_config.yaml").string();
+  return (fs::path(cache_home()) / "ampkit" / "default_config.yaml").string();
 }
 
 std::string accelerate_config_path() {
@@ -367,7 +354,7 @@ std::string accelerate_config_path() {
   if (const char* hf = std::getenv("HF_HOME"); hf && *hf) {
     hf_home = hf;
   } else {
-    hf_home = cache_home() / "huggingface";
+    hf_home = fs::path(cache_home()) / "huggingface";
   }
   return (hf_home / "accelerate" / "default_config.yaml").string();
 }

@@ -14,4 +14,12 @@ EnvLookup process_environment() {
   };
 }
 
+std::string cache_home() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return xdg;
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache";
+}
+
 }  // namespace ampkit

@@ -15,4 +15,8 @@ using EnvLookup =
 /// getenv for this process.
 EnvLookup process_environment();
 
+/// ${XDG_CACHE_HOME:-$HOME/.cache} (XDG base directories), where ampkit
+/// keeps its config file and its per-machine measurements.
+std::string cache_home();
+
 }  // namespace ampkit
