@@ -348,7 +348,9 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
             .bucket_cap_mb(r.bucket_cap_mb)
             .find_unused_parameters(r.find_unused_parameters)
             .compression(compression)
-            .broadcast_buffers(r.broadcast_buffers)));
+            .broadcast_buffers(r.broadcast_buffers)
+            // Stage 2 reduce-scatters instead (ShardedOptimizer).
+            .reduce_gradients(r.zero_stage < 2)));
   }
   return module;
 }
@@ -385,6 +387,17 @@ PreparedOptimizer Accelerator::prepare_optimizer(
   }
   detail::PreparedOptimizerEntry entry;
   entry.optimizer = &optimizer;
+  if (st.options.zero_stage > 0) {
+    entry.sharded = std::make_shared<optim::ShardedOptimizer>(
+        optimizer, st.group, st.options.zero_stage);
+    if (st.scaler && st.group) {
+      // Each process checks only its shard's gradients: skip together.
+      auto group = st.group;
+      st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
+        group->all_reduce(found_inf, dist::ReduceOp::max);
+      });
+    }
+  }
   // A fused step replaces optimizer.step() only where it computes the same
   // update: ATen's kernels (scaling folded in) where this LibTorch has them,
   // else ampkit's CPU Adam/AdamW pass, which GradScaler::step cannot call.
@@ -481,6 +494,15 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   st.collective("backward (gradient all-reduce)", [&] { scaled.backward(); });
   for (auto& sync : st.synchronizers) {
     sync->after_backward();
+  }
+  if (st.sync_gradients) {
+    for (auto& entry : st.optimizers) {
+      if (entry.sharded) {
+        st.collective("ZeRO gradient reduce-scatter", [&] {
+          entry.sharded->reduce_gradients();
+        });
+      }
+    }
   }
 }
 

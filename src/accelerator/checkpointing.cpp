@@ -27,6 +27,12 @@ std::string indexed(const std::string& stem, size_t i, const std::string& ext) {
   return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
 }
 
+// A ZeRO shard of optimizer i, written by `rank`: optimizer_rank1.bin,
+// optimizer_1_rank0.bin, ...
+std::string shard_file(size_t i, int64_t rank) {
+  return indexed("optimizer", i, "_rank" + std::to_string(rank) + ".bin");
+}
+
 std::string rng_file(int64_t rank) {
   return "random_states_" + std::to_string(rank) + ".bin";
 }
@@ -119,10 +125,43 @@ RngState decode_rng(const std::string& bytes, const std::string& origin) {
 size_t count_indexed(
     const ck::Manifest& m, const std::string& stem, const std::string& ext) {
   size_t n = 0;
-  while (m.find(indexed(stem, n, ext)) != nullptr) {
+  while (m.find(indexed(stem, n, ext)) != nullptr ||
+         (stem == "optimizer" && m.find(shard_file(n, 0)) != nullptr)) {
     ++n;
   }
   return n;
+}
+
+// Optimizer i was saved as it is prepared now: sharded with the same
+// partition of the same processes, or whole.
+void check_partition(
+    const ck::Manifest& m,
+    const std::string& dir,
+    size_t i,
+    const detail::PreparedOptimizerEntry& entry) {
+  const ck::Manifest::Partition saved = i < m.optimizer_partitions.size()
+                                            ? m.optimizer_partitions[i]
+                                            : ck::Manifest::Partition();
+  const int64_t stage = entry.sharded ? entry.sharded->stage() : 0;
+  const bool same = entry.sharded
+                        ? saved.boundaries == entry.sharded->boundaries()
+                        : saved.zero_stage == 0;
+  if (same) {
+    return;
+  }
+  throw InvalidArgument(
+      kComponent,
+      dir + " holds optimizer " + std::to_string(i) +
+          (saved.zero_stage > 0
+               ? " sharded by zero_stage " + std::to_string(saved.zero_stage)
+               : std::string(" whole (zero_stage 0)")) +
+          ", but this run prepares it " +
+          (stage > 0 ? "sharded by zero_stage " + std::to_string(stage) +
+                           " over other parameters"
+                     : std::string("whole (zero_stage 0)")) +
+          ". Resume with the zero_stage, process count and model it was "
+          "saved with: a sharded optimizer state cannot be re-split for "
+          "another process count.");
 }
 
 void check_count(
@@ -202,7 +241,8 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       writer->write(
-          indexed("optimizer", i, ".bin"),
+          st.optimizers[i].sharded ? shard_file(i, 0)
+                                   : indexed("optimizer", i, ".bin"),
           archive_bytes([&](auto& a) { st.optimizers[i].optimizer->save(a); }));
     }
     for (size_t i = 0; i < st.schedulers.size(); ++i) {
@@ -240,13 +280,39 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     writer->write(kStateFile, state.dump(2) + "\n");
   } else {
     ck::write_file(target, rng_file(process_index()), rng);
+    // Each rank's optimizer shards are its own to write.
+    for (size_t i = 0; i < st.optimizers.size(); ++i) {
+      if (st.optimizers[i].sharded) {
+        ck::write_file(
+            target, shard_file(i, process_index()), archive_bytes([&](auto& a) {
+              st.optimizers[i].optimizer->save(a);
+            }));
+      }
+    }
   }
-  wait_for_everyone();  // every rank's RNG file is on disk
+  wait_for_everyone();  // every rank's files are on disk
   if (main) {
+    ck::Manifest manifest;
     for (int64_t r = 1; r < num_processes(); ++r) {
       writer->record(rng_file(r));
     }
-    ck::Manifest manifest;
+    for (size_t i = 0; i < st.optimizers.size(); ++i) {
+      const auto& sharded = st.optimizers[i].sharded;
+      manifest.optimizer_partitions.push_back(
+          sharded
+              ? ck::Manifest::Partition{sharded->stage(), sharded->boundaries()}
+              : ck::Manifest::Partition{});
+      for (int64_t r = 1; sharded && r < num_processes(); ++r) {
+        writer->record(shard_file(i, r));
+      }
+    }
+    bool any_sharded = false;
+    for (const auto& p : manifest.optimizer_partitions) {
+      any_sharded = any_sharded || p.zero_stage > 0;
+    }
+    if (!any_sharded) {
+      manifest.optimizer_partitions.clear();
+    }
     manifest.world_size = num_processes();
     manifest.step = st.optimizer_steps;
     writer->commit(manifest);
@@ -321,9 +387,14 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     const std::string name = indexed("model", i, ".safetensors");
     models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
   }
+  std::vector<std::string> optimizer_files;
   std::vector<std::string> optimizers;
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    optimizers.push_back(file(indexed("optimizer", i, ".bin")));
+    check_partition(m, target, i, st.optimizers[i]);
+    optimizer_files.push_back(
+        st.optimizers[i].sharded ? shard_file(i, process_index())
+                                 : indexed("optimizer", i, ".bin"));
+    optimizers.push_back(file(optimizer_files.back()));
   }
   std::vector<std::string> samplers;
   for (size_t i = 0; i < st.loaders.size(); ++i) {
@@ -368,7 +439,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    const std::string name = indexed("optimizer", i, ".bin");
+    const std::string& name = optimizer_files[i];
     read_archive(optimizers[i], path(name), device, [&](auto& a) {
       try {
         st.optimizers[i].optimizer->load(a);

@@ -3,12 +3,25 @@
 #include "ampkit/accelerator/accelerator.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "accelerator/state.h"
 #include "ampkit/error.h"
 
 namespace ampkit {
+
+namespace detail {
+/// Under ZeRO, where the gradients of `parameters` are: this process's
+/// parts of the shard gradients, and the gradients no sharded optimizer
+/// holds. Empty without ZeRO.
+struct ShardedGradients {
+  std::vector<torch::Tensor> shards;
+  std::vector<torch::Tensor> replicated;
+};
+std::optional<ShardedGradients> sharded_gradients(
+    AcceleratorState& st, const std::vector<torch::Tensor>& parameters);
+}  // namespace detail
 
 namespace {
 constexpr const char* kComponent = "Accelerator";
@@ -46,7 +59,78 @@ torch::Tensor total_norm(
   }
   return torch::stack(norms).norm(norm_type);
 }
+// ZeRO: the norm over every process's shard, from each process's part
+// (sum of |g|^p, or the max) combined across processes. Gradients that no
+// sharded optimizer holds are the same on every process: counted once.
+torch::Tensor clip_sharded(
+    detail::AcceleratorState& st,
+    detail::ShardedGradients& grads,
+    double max_norm,
+    double norm_type) {
+  const c10::Device device = st.options.device;
+  const bool inf = std::isinf(norm_type);
+  torch::Tensor local = torch::zeros({}, torch::TensorOptions().device(device));
+  auto add = [&](const torch::Tensor& g) {
+    const torch::Tensor n = g.norm(norm_type).to(device);
+    local = inf ? torch::maximum(local, n) : local + n.pow(norm_type);
+  };
+  for (const auto& g : grads.shards) {
+    add(g);
+  }
+  if (st.process_index == 0 || inf) {
+    for (const auto& g : grads.replicated) {
+      add(g);
+    }
+  }
+  if (st.group) {
+    st.collective("clip_grad_norm_ (norm across shards)", [&] {
+      st.group->all_reduce(
+          local, inf ? dist::ReduceOp::max : dist::ReduceOp::sum);
+    });
+  }
+  const torch::Tensor total = inf ? local : local.pow(1.0 / norm_type);
+  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads.shards) {
+    g.mul_(coef.to(g.device()));
+  }
+  for (auto& g : grads.replicated) {
+    g.mul_(coef.to(g.device()));
+  }
+  st.last_grad_norm = total;
+  return total;
+}
 }  // namespace
+
+namespace detail {
+std::optional<ShardedGradients> sharded_gradients(
+    AcceleratorState& st, const std::vector<torch::Tensor>& parameters) {
+  std::optional<ShardedGradients> out;
+  std::vector<bool> managed(parameters.size(), false);
+  for (const auto& entry : st.optimizers) {
+    if (!entry.sharded) {
+      continue;
+    }
+    if (!out) {
+      out.emplace();
+    }
+    std::vector<bool> here;
+    for (auto& g : entry.sharded->shard_gradients(parameters, here)) {
+      out->shards.push_back(g);
+    }
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      managed[i] = managed[i] || here[i];
+    }
+  }
+  if (out) {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!managed[i] && parameters[i].grad().defined()) {
+        out->replicated.push_back(parameters[i].grad());
+      }
+    }
+  }
+  return out;
+}
+}  // namespace detail
 
 void Accelerator::unscale_gradients() {
   auto& st = *state_;
@@ -88,6 +172,9 @@ torch::Tensor Accelerator::clip_grad_norm_(
     return state_->scaler ? partial / state_->scaler->get_scale() : partial;
   }
   unscale_gradients();
+  if (auto sharded = detail::sharded_gradients(*state_, parameters)) {
+    return clip_sharded(*state_, *sharded, max_norm, norm_type);
+  }
   std::vector<torch::Tensor> grads = defined_grads(parameters);
   if (grads.empty()) {
     return torch::zeros({}, torch::TensorOptions().device(device()));
@@ -116,6 +203,15 @@ void Accelerator::clip_grad_value_(
   }
   unscale_gradients();
   torch::NoGradGuard no_grad;
+  if (auto sharded = detail::sharded_gradients(*state_, parameters)) {
+    for (auto& g : sharded->shards) {
+      g.clamp_(-clip_value, clip_value);
+    }
+    for (auto& g : sharded->replicated) {
+      g.clamp_(-clip_value, clip_value);
+    }
+    return;
+  }
   for (const auto& p : parameters) {
     if (p.grad().defined()) {
       p.grad().clamp_(-clip_value, clip_value);

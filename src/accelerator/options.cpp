@@ -311,6 +311,38 @@ ResolvedAcceleratorOptions resolve_options(
     throw InvalidArgument(
         kComponent, "gradient_compression must be no, bf16 or fp16, got auto.");
   }
+  const Picked<int64_t> zero = pick(
+      options.zero_stage(),
+      env,
+      {kEnvZeroStage, kEnvAccelerateZeroStage},
+      env_integer,
+      options.config().zero_stage,
+      options.config().origin,
+      int64_t{0});
+  r.zero_stage = zero.value;
+  if (r.zero_stage == 3) {
+    throw Unsupported(
+        kComponent,
+        "zero_stage 3 (" + zero.source +
+            ") shards the parameters themselves, which ampkit does not "
+            "implement. Use zero_stage 2 (optimizer state and gradients "
+            "sharded) or 1 (optimizer state sharded).");
+  }
+  if (r.zero_stage < 0 || r.zero_stage > 3) {
+    throw InvalidArgument(
+        kComponent,
+        "zero_stage must be 0, 1 or 2, got " + std::to_string(r.zero_stage) +
+            " (" + zero.source + ").");
+  }
+  if (r.zero_stage > 0 && r.find_unused_parameters) {
+    throw InvalidArgument(
+        kComponent,
+        "zero_stage " + std::to_string(r.zero_stage) +
+            " with find_unused_parameters is not supported: a shard steps as "
+            "one tensor, so a parameter without a gradient would still move "
+            "with its optimizer's momentum. Use zero_stage 0 for this "
+            "model, or make every parameter take part in the loss.");
+  }
   if (r.total_limit < 0) {
     throw InvalidArgument(
         kComponent,
@@ -351,6 +383,12 @@ ResolvedAcceleratorOptions resolve_options(
           ? std::string("env (") + dist::to_string(r.dist.launcher) + ")"
           : "default");
   add("debug", r.debug ? "true" : "false", debug.source);
+  add("zero_stage",
+      std::to_string(r.zero_stage) +
+          (r.zero_stage == 1   ? " (optimizer state sharded)"
+           : r.zero_stage == 2 ? " (optimizer state and gradients sharded)"
+                               : " (DDP: nothing sharded)"),
+      zero.source);
 #define AMPKIT_OPTION_ROW(type, name, default_value) \
   add(#name,                                         \
       setting_text(r.name),                          \

@@ -28,6 +28,19 @@ void PreparedOptimizer::step_unhinted() {
   if (!st.sync_gradients) {
     return;
   }
+  step_optimizer();
+  auto& entry = st.optimizers[index_];
+  if (entry.sharded) {
+    // Each process stepped its shard (or, when the step was skipped, none
+    // did): every process's shard to every process.
+    st.collective("ZeRO parameter broadcast", [&] {
+      entry.sharded->gather_parameters();
+    });
+  }
+}
+
+void PreparedOptimizer::step_optimizer() {
+  auto& st = *state_;
   auto& entry = st.optimizers[index_];
   if (!st.scaler && st.options.detect_anomaly) {
     const std::string where = st.non_finite_gradients();
@@ -94,6 +107,12 @@ void PreparedOptimizer::zero_grad(bool set_to_none) {
   if (!state_->sync_gradients) {
     return;
   }
+  if (const auto& sharded = state_->optimizers[index_].sharded) {
+    // The optimizer holds the shard; the parameters' own gradients are the
+    // model's.
+    sharded->zero_grad(set_to_none);
+    return;
+  }
   for (auto& group : optimizer_->param_groups()) {
     for (auto& p : group.params()) {
       auto& grad = p.mutable_grad();
@@ -108,6 +127,21 @@ void PreparedOptimizer::zero_grad(bool set_to_none) {
       }
     }
   }
+}
+
+int64_t PreparedOptimizer::state_bytes() const {
+  return optim::optimizer_state_bytes(*optimizer_);
+}
+
+int64_t PreparedOptimizer::gradient_bytes() const {
+  if (const auto& sharded = state_->optimizers[index_].sharded) {
+    return sharded->gradient_bytes();
+  }
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer_->param_groups()) {
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  }
+  return optim::gradient_bytes(params);
 }
 
 bool PreparedOptimizer::step_was_skipped() const {

@@ -20,6 +20,7 @@
 #include "ampkit/dist/process_group.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/scheduler.h"
+#include "ampkit/optim/zero.h"
 #include "ampkit/track/tracker.h"
 
 namespace ampkit::detail {
@@ -38,6 +39,8 @@ struct PreparedOptimizerEntry {
   bool unscaled = false;  // unscale_ ran since the last scale update
   bool skipped = false;   // the last step that ran was skipped
   FusedStep fused = FusedStep::none;
+  // zero_stage 1 or 2: the optimizer steps this process's shard.
+  std::shared_ptr<optim::ShardedOptimizer> sharded;
 };
 
 struct AcceleratorState {

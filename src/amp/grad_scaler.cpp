@@ -178,6 +178,11 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
         });
     detail::non_finite_check_and_unscale_(group.grads, found_inf, inv);
   }
+  if (found_inf_combiner_) {
+    for (auto& [device, found_inf] : found_inf_per_device) {
+      found_inf_combiner_(found_inf);
+    }
+  }
   return found_inf_per_device;
 }
 

@@ -96,6 +96,13 @@ std::string encode_manifest(const Manifest& m) {
     j["files"].push_back(
         {{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
   }
+  if (!m.optimizer_partitions.empty()) {
+    auto& parts = j["optimizer_partitions"] = nlohmann::ordered_json::array();
+    for (const auto& p : m.optimizer_partitions) {
+      parts.push_back(
+          {{"zero_stage", p.zero_stage}, {"boundaries", p.boundaries}});
+    }
+  }
   return j.dump(2) + "\n";
 }
 
@@ -164,6 +171,22 @@ Manifest decode_manifest(std::string_view text, const std::string& origin) {
         bad("the file entry '" + r.name + "' is not a plain file name.");
       }
       m.files.push_back(std::move(r));
+    }
+    if (j.contains("optimizer_partitions")) {
+      if (!j["optimizer_partitions"].is_array()) {
+        bad("\"optimizer_partitions\" must be an array.");
+      }
+      for (const auto& p : j["optimizer_partitions"]) {
+        Manifest::Partition part;
+        part.zero_stage = integer(p, "zero_stage", 0, 2);
+        for (const auto& b : p.at("boundaries")) {
+          if (!b.is_number_integer() || b.get<int64_t>() < 0) {
+            bad("\"boundaries\" must hold offsets >= 0, got " + b.dump() + ".");
+          }
+          part.boundaries.push_back(b.get<int64_t>());
+        }
+        m.optimizer_partitions.push_back(std::move(part));
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     bad(std::string("a manifest field is missing or has the wrong type: ") +

@@ -129,6 +129,16 @@ GradientSynchronizer::GradientSynchronizer(
         "prepare(model) found no parameter that requires a gradient, so "
         "there is nothing to synchronise. Prepare the model you train.");
   }
+  im.got_grad =
+      std::make_shared<std::vector<std::atomic<bool>>>(im.params.size());
+  for (size_t i = 0; i < im.params.size(); ++i) {
+    auto flags = im.got_grad;
+    im.hooks.push_back(im.params[i].register_hook(
+        [flags, i](const torch::Tensor&) { (*flags)[i] = true; }));
+  }
+  if (!options.reduce_gradients()) {
+    return;
+  }
   const auto cap = static_cast<int64_t>(options.bucket_cap_mb() * 1024 * 1024);
   auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
       im.params,
@@ -173,13 +183,6 @@ GradientSynchronizer::GradientSynchronizer(
     }
     im.reducer->register_comm_hook(std::make_unique<CompressionHook>(pg, *c));
   }
-  im.got_grad =
-      std::make_shared<std::vector<std::atomic<bool>>>(im.params.size());
-  for (size_t i = 0; i < im.params.size(); ++i) {
-    auto flags = im.got_grad;
-    im.hooks.push_back(im.params[i].register_hook(
-        [flags, i](const torch::Tensor&) { (*flags)[i] = true; }));
-  }
 }
 
 GradientSynchronizer::~GradientSynchronizer() {
@@ -197,15 +200,18 @@ void GradientSynchronizer::before_forward(bool sync) {
   if (!torch::GradMode::is_enabled()) {
     return;
   }
-  if (sync) {
-    im.reducer->prepare_for_forward();
-  }
-  // After the first synchronising backward the Reducer re-buckets once, in
-  // the order gradients really arrived (a collective: every rank does it).
-  try {
-    im.reducer->rebuild_buckets();
-  } catch (...) {
-    im.group->rethrow_explained("rebuilding the all-reduce buckets");
+  if (im.reducer) {
+    if (sync) {
+      im.reducer->prepare_for_forward();
+    }
+    // After the first synchronising backward the Reducer re-buckets once,
+    // in the order gradients really arrived (a collective: every rank does
+    // it).
+    try {
+      im.reducer->rebuild_buckets();
+    } catch (...) {
+      im.group->rethrow_explained("rebuilding the all-reduce buckets");
+    }
   }
   if (im.options.broadcast_buffers() && im.require_forward_param_sync &&
       !im.buffers.empty()) {
@@ -234,9 +240,11 @@ void GradientSynchronizer::after_forward(
         "model output ampkit cannot look into. Return a tensor, a vector, "
         "pair or tuple of tensors from forward.");
   }
-  im.reducer->prepare_for_backward(
-      im.options.find_unused_parameters() ? outputs
-                                          : std::vector<torch::Tensor>{});
+  if (im.reducer) {
+    im.reducer->prepare_for_backward(
+        im.options.find_unused_parameters() ? outputs
+                                            : std::vector<torch::Tensor>{});
+  }
   im.expecting_backward = true;
 }
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -428,6 +429,89 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int64_t root) {
     }
   } catch (...) {
     rethrow_explained("broadcast");
+  }
+}
+
+bool ProcessGroup::has_reduce_scatter() {
+  auto& im = *impl_;
+  if (!im.native_reduce_scatter) {
+    // Gloo before LibTorch 2 throws "does not support reduce_scatter" on
+    // every rank before it communicates, so asking costs one tiny
+    // collective where it works and none where it does not.
+    try {
+      const auto options = at::TensorOptions().device(
+          im.backend == "nccl" ? im.device : c10::Device(c10::kCPU));
+      std::vector<at::Tensor> out{at::zeros({1}, options)};
+      std::vector<std::vector<at::Tensor>> in(1);
+      for (int64_t r = 0; r < size(); ++r) {
+        in[0].push_back(at::ones({1}, options));
+      }
+      im.pg->reduce_scatter(out, in)->wait();
+      im.native_reduce_scatter = true;
+    } catch (const c10::Error&) {
+      im.native_reduce_scatter = false;
+    }
+  }
+  return *im.native_reduce_scatter;
+}
+
+void ProcessGroup::reduce_scatter(
+    torch::Tensor& output,
+    torch::Tensor& flat,
+    const std::vector<int64_t>& boundaries) {
+  const int64_t n = size();
+  bool valid = static_cast<int64_t>(boundaries.size()) == n + 1 &&
+               boundaries.front() == 0 && boundaries.back() == flat.numel() &&
+               flat.dim() == 1;
+  for (size_t i = 1; valid && i < boundaries.size(); ++i) {
+    valid = boundaries[i - 1] <= boundaries[i];
+  }
+  if (!valid) {
+    throw InvalidArgument(
+        kComponent,
+        "reduce_scatter needs a 1-dim tensor and " + std::to_string(n + 1) +
+            " non-decreasing boundaries from 0 to its length " +
+            std::to_string(flat.numel()) + ", got " +
+            std::to_string(boundaries.size()) + " boundaries.");
+  }
+  const int64_t begin = boundaries[rank()];
+  const int64_t length = boundaries[rank() + 1] - begin;
+  if (output.numel() != length) {
+    throw InvalidArgument(
+        kComponent,
+        "reduce_scatter's output must hold this process's part, " +
+            std::to_string(length) + " values, got " +
+            std::to_string(output.numel()) + ".");
+  }
+  check_same(*this, "reduce_scatter", flat);
+  const bool native = has_reduce_scatter();
+  try {
+    if (!native) {
+      std::vector<at::Tensor> tensors{for_backend(*impl_, flat)};
+      impl_->pg->allreduce(tensors)->wait();
+      output.copy_(tensors[0].narrow(0, begin, length));
+      return;
+    }
+    int64_t longest = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      longest = std::max(longest, boundaries[r + 1] - boundaries[r]);
+    }
+    const at::Tensor source = for_backend(*impl_, flat);
+    std::vector<std::vector<at::Tensor>> inputs(1);
+    for (int64_t r = 0; r < n; ++r) {
+      at::Tensor part =
+          source.narrow(0, boundaries[r], boundaries[r + 1] - boundaries[r]);
+      if (part.numel() < longest) {
+        part = at::cat(
+            {part, at::zeros({longest - part.numel()}, part.options())});
+      }
+      inputs[0].push_back(part);
+    }
+    std::vector<at::Tensor> outputs{at::empty({longest}, source.options())};
+    impl_->pg->reduce_scatter(outputs, inputs)->wait();
+    output.copy_(outputs[0].narrow(0, 0, length));
+  } catch (...) {
+    rethrow_explained("reduce_scatter");
   }
 }
 

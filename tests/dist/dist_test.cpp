@@ -141,6 +141,49 @@ class DistTest : public ampkit::testing_util::TempDirTest {
     return results;
   }
 
+  // ZeRO stage `stage` against DDP, 2 processes, 100 AdamW steps; returns
+  // the ranks' "state_bytes S gradient_bytes G" lines of each run.
+  std::pair<std::vector<Result>, std::vector<Result>> expect_zero_matches_ddp(
+      int64_t stage,
+      int64_t accumulation,
+      const std::string& precision,
+      double clip,
+      double atol,
+      bool inject = false) {
+    const auto ddp = (dir_ / "ddp.pt").string();
+    const auto zero = (dir_ / "zero.pt").string();
+    auto args = [&](const std::string& out, int64_t s) {
+      return std::vector<std::string>{
+          "zero",
+          out,
+          std::to_string(s),
+          std::to_string(accumulation),
+          precision,
+          std::to_string(clip),
+          inject ? "inject" : "no"};
+    };
+    auto ddp_run = run(2, args(ddp, 0));
+    expect_all_ok(ddp_run);
+    auto zero_run = run(2, args(zero, stage));
+    expect_all_ok(zero_run);
+    const auto a = load("ddp.pt");
+    const auto b = load("zero.pt");
+    EXPECT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/0, atol))
+          << "parameter " << i << " max diff "
+          << (a[i] - b[i]).abs().max().item<double>();
+    }
+    return {ddp_run, zero_run};
+  }
+
+  static int64_t bytes_in(const Result& r, const std::string& what) {
+    const auto at = r.out.find(what + " ");
+    return at == std::string::npos
+               ? -1
+               : std::stoll(r.out.substr(at + what.size() + 1));
+  }
+
   static void expect_all_ok(const std::vector<Result>& results) {
     for (size_t i = 0; i < results.size(); ++i) {
       EXPECT_EQ(results[i].code, 0) << "rank " << i << ":\n" << results[i].out;
@@ -193,6 +236,55 @@ TEST_F(DistTest, TwoProcessesMatchOneProcessInBf16WithinBf16Tolerance) {
 // fp16 all-reduce rounds each averaged gradient to 11 bits of mantissa.
 TEST_F(DistTest, Fp16GradientCompressionTrainsCloseToFullPrecision) {
   expect_same_training(1, "no", 1e-3, "fp16");
+}
+
+// ZeRO's shards step the same AdamW update as DDP's replicas: equal to
+// fp32 rounding (the shard steps one flat tensor, the replica one per
+// parameter), with accumulation and with clipping by the global norm.
+TEST_F(DistTest, ZeroStagesOneAndTwoTrainLikeDdp) {
+  for (int64_t stage : {1, 2}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    expect_zero_matches_ddp(stage, 1, "no", 0, 1e-6);
+    expect_zero_matches_ddp(stage, 2, "no", 0.5, 1e-6);
+  }
+}
+
+TEST_F(DistTest, ZeroInBf16TrainsLikeDdpWithinBf16Tolerance) {
+  expect_zero_matches_ddp(2, 1, "bf16", 0, 2e-2);
+}
+
+// Stage 1 keeps the optimizer state of half the parameters (the split
+// falls inside fc1.weight: 80 of 161 values), stage 2 also only that
+// shard's gradients after the reduce.
+TEST_F(DistTest, ZeroHoldsItsShardOfTheStateAndGradients) {
+  auto [ddp, zero1] = expect_zero_matches_ddp(1, 1, "no", 0, 1e-6);
+  auto [ddp_again, zero2] = expect_zero_matches_ddp(2, 1, "no", 0, 1e-6);
+  for (size_t r = 0; r < 2; ++r) {
+    const double full = bytes_in(ddp[r], "state_bytes");
+    ASSERT_GT(full, 0) << ddp[r].out;
+    EXPECT_LE(bytes_in(zero1[r], "state_bytes"), full / 2 * 1.05);
+    EXPECT_LE(bytes_in(zero2[r], "state_bytes"), full / 2 * 1.05);
+    const double grads = bytes_in(ddp[r], "gradient_bytes");
+    EXPECT_LE(bytes_in(zero2[r], "gradient_bytes"), grads / 2 * 1.05)
+        << zero2[r].out;
+  }
+}
+
+// The inf is in rank 1's local gradient of a value rank 0's shard holds:
+// without agreeing on found_inf, rank 0 would skip and rank 1 step.
+TEST_F(DistTest, ZeroInfOnOneRankSkipsTheStepOnEveryRank) {
+  for (int64_t stage : {1, 2}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    expect_zero_matches_ddp(stage, 1, "no", 0, 1e-6, /*inject=*/true);
+  }
+}
+
+TEST_F(DistTest, ZeroResumesBitExactly) {
+  for (const char* stage : {"1", "2"}) {
+    auto results = run(2, {"zero_resume", dir_.string(), stage});
+    expect_all_ok(results);
+    EXPECT_THAT(results[0].out, HasSubstr("manifest has optimizer_partitions"));
+  }
 }
 
 // LibTorch 1.13's Gloo has no bf16 all-reduce: refused at prepare() with

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -103,6 +105,144 @@ int train(
     torch::save(params, out);
   }
   accelerator.wait_for_everyone();
+  return 0;
+}
+
+// ZeRO against DDP: 100 AdamW steps (optimizer state matters) of `stage`
+// on a global batch of 16 split over the processes, with accumulation,
+// clipping to `clip` (0: none) and, with `inject`, loss scaling and an inf
+// put into rank 1's local gradient of fc1.weight[0][0] at step 5 (rank 0's
+// shard under ZeRO: only the agreed found_inf makes rank 1 skip too). Rank
+// 0 saves the final parameters to `out`; every rank prints its optimizer
+// state and gradient bytes at the last step.
+int zero_train(
+    const std::string& out,
+    int64_t stage,
+    int64_t accumulation,
+    const std::string& precision,
+    double clip,
+    bool inject) {
+  ampkit::Accelerator accelerator(base_options()
+                                      .mixed_precision(precision)
+                                      .gradient_accumulation_steps(accumulation)
+                                      .zero_stage(stage)
+                                      .loss_scaling(inject));
+  torch::manual_seed(accelerator.process_index() * 7 + 1);  // differ on purpose
+  Net net;
+  torch::optim::AdamW adamw(
+      net->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
+  auto [model, optimizer] = accelerator.prepare(net, adamw);
+  const int64_t w = accelerator.num_processes();
+  const int64_t rank = accelerator.process_index();
+  const int64_t global = 16;
+  const int64_t steps = 100;
+  int64_t micro = 0;
+  int64_t skipped = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int64_t a = 0; a < accumulation; ++a, ++micro) {
+      auto [x, y] = global_batch(micro, global);
+      const int64_t local = global / w;
+      x = x.narrow(0, rank * local, local);
+      y = y.narrow(0, rank * local, local);
+      auto scope = accelerator.accumulate(model);
+      auto loss = torch::mse_loss(model(x), y);
+      std::optional<unsigned> hook;
+      if (inject && step == 5 && rank == w - 1) {
+        hook = net->fc1->weight.register_hook([](torch::Tensor g) {
+          g = g.clone();
+          g[0][0] = std::numeric_limits<float>::infinity();
+          return g;
+        });
+      }
+      accelerator.backward(loss);
+      if (hook) {
+        net->fc1->weight.remove_hook(*hook);
+      }
+      if (clip > 0) {
+        accelerator.clip_grad_norm_(net->parameters(), clip);
+      }
+      optimizer.step();
+      if (accelerator.sync_gradients()) {
+        skipped += optimizer.step_was_skipped() ? 1 : 0;
+        if (step == steps - 1) {
+          std::cout << "rank " << rank << " state_bytes "
+                    << optimizer.state_bytes() << " gradient_bytes "
+                    << optimizer.gradient_bytes() << std::endl;
+        }
+      }
+      optimizer.zero_grad();
+    }
+  }
+  CHECK_OR_FAIL(
+      skipped == (inject ? 1 : 0),
+      "skipped " + std::to_string(skipped) + " steps, expected " +
+          (inject ? "1 (the injected inf)" : "0"));
+  for (auto& p : net->parameters()) {
+    auto all = accelerator.gather(p.detach().unsqueeze(0));
+    for (int64_t r = 1; r < w; ++r) {
+      CHECK_OR_FAIL(all[r].equal(all[0]), "parameters differ between ranks");
+    }
+  }
+  if (accelerator.is_main_process()) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : net->parameters()) {
+      params.push_back(p.detach().clone());
+    }
+    torch::save(params, out);
+  }
+  accelerator.wait_for_everyone();
+  return 0;
+}
+
+// save_state at step 5 of 10, train on, load_state and train steps 5-10
+// again: the same weights bit for bit, so the optimizer shards (AdamW's
+// moments) came back exactly.
+int zero_resume(const std::string& dir, int64_t stage) {
+  ampkit::Accelerator accelerator(base_options().zero_stage(stage));
+  torch::manual_seed(1);
+  Net net;
+  torch::optim::AdamW adamw(net->parameters(), 1e-2);
+  auto [model, optimizer] = accelerator.prepare(net, adamw);
+  const int64_t w = accelerator.num_processes();
+  const int64_t rank = accelerator.process_index();
+  auto train_steps = [&](int64_t from, int64_t to) {
+    for (int64_t step = from; step < to; ++step) {
+      auto [x, y] = global_batch(step, 16);
+      x = x.narrow(0, rank * 16 / w, 16 / w);
+      y = y.narrow(0, rank * 16 / w, 16 / w);
+      accelerator.backward(torch::mse_loss(model(x), y));
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+  };
+  auto weights = [&] {
+    std::vector<torch::Tensor> out;
+    for (auto& p : net->parameters()) {
+      out.push_back(p.detach().clone());
+    }
+    return out;
+  };
+  train_steps(0, 5);
+  const std::string checkpoint =
+      dir + "/zero_checkpoint_" + std::to_string(stage);
+  accelerator.save_state(checkpoint);
+  train_steps(5, 10);
+  const auto first = weights();
+  accelerator.load_state(checkpoint);
+  train_steps(5, 10);
+  const auto second = weights();
+  for (size_t i = 0; i < first.size(); ++i) {
+    CHECK_OR_FAIL(
+        first[i].equal(second[i]),
+        "parameter " + std::to_string(i) + " differs after resuming");
+  }
+  std::ifstream manifest(checkpoint + "/manifest.json");
+  std::string text(std::istreambuf_iterator<char>(manifest), {});
+  std::cout << "manifest "
+            << (text.find("optimizer_partitions") != std::string::npos
+                    ? "has"
+                    : "lacks")
+            << " optimizer_partitions" << std::endl;
   return 0;
 }
 
@@ -475,6 +615,18 @@ int main(int argc, char** argv) {
       return train(
           argv[2], std::stoll(argv[3]), argv[4], argc == 6 ? argv[5] : "no");
     }
+    if (scenario == "zero" && argc == 8) {
+      return zero_train(
+          argv[2],
+          std::stoll(argv[3]),
+          std::stoll(argv[4]),
+          argv[5],
+          std::stod(argv[6]),
+          std::string(argv[7]) == "inject");
+    }
+    if (scenario == "zero_resume" && argc == 4) {
+      return zero_resume(argv[2], std::stoll(argv[3]));
+    }
     if (scenario == "metrics") {
       return metrics();
     }
@@ -510,6 +662,8 @@ int main(int argc, char** argv) {
   }
   std::cerr
       << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
+         "zero OUT STAGE ACCUMULATION PRECISION CLIP inject|no | "
+         "zero_resume DIR STAGE | "
          "metrics | micro_steps | unused | unused_allowed | rank_hangs | "
          "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;

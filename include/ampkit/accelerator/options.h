@@ -45,6 +45,13 @@ constexpr const char* kEnvDebug = "AMPKIT_DEBUG";
 /// accelerate launch's name for the same setting.
 constexpr const char* kEnvAccelerateDebug = "ACCELERATE_DEBUG_MODE";
 
+/// zero_stage: 0, 1 or 2 (ZeRO's optimizer-state / gradient sharding).
+constexpr const char* kEnvZeroStage = "AMPKIT_ZERO_STAGE";
+/// accelerate launch's name for the same setting, set for a DeepSpeed
+/// config.
+constexpr const char* kEnvAccelerateZeroStage =
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE";
+
 /// The options the Accelerator takes as given: each is checked, none depends
 /// on the environment, the config file or the hardware. This is their one
 /// list, (type, name, default): AcceleratorOptions declares each as a
@@ -158,6 +165,14 @@ struct AcceleratorOptions {
   /// every rank's shape instead of hanging. Default false, or the
   /// environment's AMPKIT_DEBUG / ACCELERATE_DEBUG_MODE.
   TORCH_ARG(std::optional<bool>, debug);
+  /// Shard what DDP replicates (DeepSpeed's ZeRO, over c10d): 1 keeps
+  /// only this process's shard of the optimizer state (each process steps
+  /// its shard, then the updated parameters are broadcast); 2 also
+  /// reduce-scatters the gradients, so each process keeps only its shard's.
+  /// 0 (default): plain DDP. Stage 3 (parameter sharding) is refused.
+  /// Also from AMPKIT_ZERO_STAGE / ACCELERATE_DEEPSPEED_ZERO_STAGE, or a
+  /// config's deepspeed_config zero_stage.
+  TORCH_ARG(std::optional<int64_t>, zero_stage);
 
   // The options below are taken as given (checked, not resolved); each is
   // documented in AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS above.
@@ -192,6 +207,7 @@ struct ResolvedAcceleratorOptions {
   std::vector<std::string> log_with;
   dist::DistEnv dist;
   bool debug{};
+  int64_t zero_stage{};
 #define AMPKIT_RESOLVED_OPTION(type, name, default_value) \
   type name = default_value;
   AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_RESOLVED_OPTION)

@@ -154,6 +154,12 @@ class PreparedOptimizer {
   void zero_grad(bool set_to_none = true);
   /// Whether the last step that ran was skipped by the GradScaler.
   bool step_was_skipped() const;
+  /// Bytes of optimizer state this process holds (with zero_stage, its
+  /// shard's only): Adam's moments, SGD's momentum buffers...
+  int64_t state_bytes() const;
+  /// Bytes of gradients this process holds for this optimizer's parameters
+  /// now (DDP's buckets; with zero_stage 2 after the reduce, the shard's).
+  int64_t gradient_bytes() const;
 
   torch::optim::Optimizer& optimizer() const {
     return *optimizer_;
@@ -171,6 +177,7 @@ class PreparedOptimizer {
       : optimizer_(&optimizer), index_(index), state_(std::move(state)) {}
 
   void step_unhinted();
+  void step_optimizer();
 
   torch::optim::Optimizer* optimizer_;
   size_t index_;

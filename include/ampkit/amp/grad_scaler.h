@@ -147,6 +147,15 @@ class GradScaler {
       const torch::OrderedDict<std::string, torch::Tensor>& named_parameters);
   /// Replaces the default report sink (one line on stderr).
   void set_overflow_callback(std::function<void(const OverflowReport&)> cb);
+  /// Combines an optimizer's found_inf (0-dim float, 1 when one of its
+  /// gradients is inf/NaN) with the other processes' in place, right after
+  /// its gradients were checked, so that every process skips or steps
+  /// together when each holds only its shard of the gradients (ZeRO;
+  /// PyTorch's ShardedGradScaler all-reduces it with MAX). Every process
+  /// must check the same optimizers in the same order. Empty: none.
+  void set_found_inf_combiner(std::function<void(torch::Tensor&)> combine) {
+    found_inf_combiner_ = std::move(combine);
+  }
   /// The report of the most recent skipped step, when report_overflow is on.
   const std::optional<OverflowReport>& last_overflow() const {
     return last_overflow_;
@@ -197,6 +206,7 @@ class GradScaler {
   int64_t updates_ = 0;
   std::unordered_map<const void*, std::string> parameter_names_;
   std::function<void(const OverflowReport&)> overflow_callback_;
+  std::function<void(torch::Tensor&)> found_inf_combiner_;
   std::optional<OverflowReport> last_overflow_;
 };
 

@@ -26,6 +26,15 @@ struct Manifest {
   int64_t world_size = 1;
   int64_t step = 0;
   std::vector<FileRecord> files;
+  /// ZeRO: how a sharded optimizer's flattened parameters were split among
+  /// the ranks, which must match to resume its shards.
+  struct Partition {
+    int64_t zero_stage = 0;  ///< 0: not sharded
+    /// world_size + 1 offsets: rank r held [boundaries[r], boundaries[r+1]).
+    std::vector<int64_t> boundaries;
+  };
+  /// One per prepared optimizer, in order; empty when none was sharded.
+  std::vector<Partition> optimizer_partitions;
 
   /// The record of `name`, or nullptr.
   const FileRecord* find(const std::string& name) const;

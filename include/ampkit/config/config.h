@@ -26,6 +26,8 @@ struct ConfigValues {
   std::optional<bool> use_cpu;
   /// accelerate's log_with: trackers, e.g. "jsonl,tensorboard" or "all".
   std::optional<std::string> log_with;
+  /// deepspeed_config's zero_stage (a DEEPSPEED config).
+  std::optional<int64_t> zero_stage;
 };
 
 }  // namespace ampkit

@@ -54,9 +54,21 @@ struct SyncOptions {
   bool broadcast_buffers() const {
     return broadcast_buffers_;
   }
+  /// false: no all-reduce at all; the synchronizer still starts the
+  /// processes equal, broadcasts buffers and checks that every parameter
+  /// got a gradient, and the caller reduces the gradients itself (ZeRO
+  /// stage 2's reduce-scatter).
+  SyncOptions& reduce_gradients(bool value) {
+    reduce_gradients_ = value;
+    return *this;
+  }
+  bool reduce_gradients() const {
+    return reduce_gradients_;
+  }
 
  private:
   double bucket_cap_mb_ = 25.0;
+  bool reduce_gradients_ = true;
   bool find_unused_parameters_ = false;
   std::optional<torch::Dtype> compression_;
   bool broadcast_buffers_ = true;

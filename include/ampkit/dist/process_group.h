@@ -87,6 +87,21 @@ class ProcessGroup {
   /// broadcast_coalesced), as DDP does for parameters and buffers.
   void broadcast_coalesced(
       const std::vector<torch::Tensor>& tensors, int64_t root = 0);
+  /// A reduce-scatter with uneven parts: sums `flat` (the same length on
+  /// every process) across processes and writes this process's part of the
+  /// sum, flat[boundaries[rank], boundaries[rank + 1]), into `output`.
+  /// `boundaries` has size() + 1 non-decreasing offsets from 0 to
+  /// flat.numel(). Where the backend has reduce_scatter (NCCL; Gloo from
+  /// LibTorch 2.x) the parts are padded to one length and it runs; where it
+  /// has not (Gloo in LibTorch 1.13) `flat` is all-reduced in place and the
+  /// part copied out, which moves twice the data a reduce-scatter moves.
+  void reduce_scatter(
+      torch::Tensor& output,
+      torch::Tensor& flat,
+      const std::vector<int64_t>& boundaries);
+  /// Whether reduce_scatter runs the backend's own (a collective the first
+  /// time: it asks the backend once, on every process).
+  bool has_reduce_scatter();
   /// Every process's shape of `tensor`; with debug on, each collective
   /// calls it and throws when they differ.
   std::vector<std::vector<int64_t>> all_shapes(const torch::Tensor& tensor);

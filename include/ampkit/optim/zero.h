@@ -1,0 +1,114 @@
+// ZeRO stages 1 and 2 (DeepSpeed's partitioned optimizer states and
+// gradients) over a dist::ProcessGroup: each process keeps the optimizer
+// state of its shard of the parameters only, steps that shard, and sends the
+// updated values to the others.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ampkit/dist/process_group.h"
+
+namespace ampkit::optim {
+
+/// Where the shards of `sizes` (element counts, in order) begin and end for
+/// `num_shards` processes: num_shards + 1 offsets into the flattened
+/// parameters. The even split is moved to the nearest parameter boundary
+/// when one lies within 2.5% of a shard's length, so no parameter is split
+/// unless it must be, and no shard is more than 5% above an even share.
+std::vector<int64_t> partition_boundaries(
+    const std::vector<int64_t>& sizes, int64_t num_shards);
+
+/// Bytes of the state tensors `optimizer` holds (Adam's moments, SGD's
+/// momentum buffers...), for Adam, AdamW, SGD, RMSprop and Adagrad; a
+/// UsageError naming the type for others.
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
+/// Bytes of the distinct storages behind these parameters' gradients (a
+/// DDP bucket that holds several gradients counts once).
+int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
+
+/// An optimizer whose state is partitioned across processes.
+///
+/// The constructor takes over `optimizer`: its parameters become views into
+/// one flat buffer (their values and identity kept, so the model and the
+/// synchronizer still hold them), and each param group now holds this
+/// process's slice of the flat buffer instead. optimizer.step() then updates
+/// only that slice and creates state for it only.
+///
+/// Per step:
+///   backward (stage 1: gradients all-reduced as in DDP; stage 2: local)
+///   reduce_gradients()   shard's averaged gradient into the shard's grad
+///   [unscale, clip on shard_gradients(), with norms summed across processes]
+///   optimizer.step()
+///   gather_parameters()  every process's updated slice to every process
+class ShardedOptimizer {
+ public:
+  /// `group` nullptr: one process, whose shard is everything. `stage`: 1 or
+  /// 2. The optimizer must not have stepped yet; its trainable parameters
+  /// must share one dtype and device, be dense, and appear once.
+  ShardedOptimizer(
+      torch::optim::Optimizer& optimizer,
+      std::shared_ptr<dist::ProcessGroup> group,
+      int64_t stage);
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+
+  /// After the backward that synchronises. Stage 1: copies this shard's
+  /// part of the (already all-reduced) gradients into the shard gradient.
+  /// Stage 2: averages the local gradients across processes into the shard
+  /// gradient (a reduce-scatter) and frees the full-size gradients.
+  void reduce_gradients();
+  /// After optimizer.step(): broadcasts each process's slice of the flat
+  /// parameters, so every process holds the full updated model.
+  void gather_parameters();
+  /// Clears the parameters' gradients and the shard's.
+  void zero_grad(bool set_to_none);
+
+  /// The parts of the shard gradient that belong to `parameters` (views),
+  /// for clipping; `managed[i]` is set for each parameter this optimizer
+  /// holds.
+  std::vector<torch::Tensor> shard_gradients(
+      const std::vector<torch::Tensor>& parameters,
+      std::vector<bool>& managed) const;
+
+  int64_t stage() const {
+    return stage_;
+  }
+  /// The flat offsets where each process's shard begins, and the total.
+  const std::vector<int64_t>& boundaries() const {
+    return boundaries_;
+  }
+  /// The parameters it took over, in flat order.
+  const std::vector<torch::Tensor>& parameters() const {
+    return params_;
+  }
+  /// Bytes of gradients this process holds now: the parameters' gradients
+  /// (distinct storages) and the shard gradient.
+  int64_t gradient_bytes() const;
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  int64_t stage_;
+  int64_t rank_ = 0;
+  int64_t world_ = 1;
+  std::vector<torch::Tensor> params_;  // flat order
+  std::vector<int64_t> offsets_;       // each parameter's flat offset
+  std::vector<int64_t> boundaries_;
+  torch::Tensor flat_;  // every parameter's values
+  // This process's slice of flat_ per param group, as the optimizer holds
+  // them, with their flat offsets.
+  std::vector<torch::Tensor> shards_;
+  std::vector<int64_t> shard_offsets_;
+  torch::Tensor shard_grad_;  // the gradient of [begin, end)
+  // Stage 2: a second backward before zero_grad adds to the shard.
+  bool reduced_ = false;
+};
+
+}  // namespace ampkit::optim

@@ -1,0 +1,352 @@
+#include "ampkit/optim/zero.h"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ampkit/error.h"
+
+namespace ampkit::optim {
+namespace {
+
+constexpr const char* kComponent = "ZeRO";
+
+std::string position_name(size_t g, size_t i) {
+  return "param_groups[" + std::to_string(g) + "][" + std::to_string(i) + "]";
+}
+
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+/// `t` (a gradient laid out like `param`) as one 1-dim tensor in the order
+/// of `param`'s storage, which is the order of the flat buffer.
+torch::Tensor in_storage_order(
+    const torch::Tensor& t, const torch::Tensor& param) {
+  if (t.is_contiguous() && param.is_contiguous()) {
+    return t.reshape({-1});
+  }
+  auto out = torch::empty({param.numel()}, t.options());
+  out.as_strided(param.sizes(), param.strides()).copy_(t);
+  return out;
+}
+
+// Bytes of the distinct storages behind the defined tensors.
+int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (t.defined() && seen.insert(t.storage().unsafeGetStorageImpl()).second) {
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<int64_t> partition_boundaries(
+    const std::vector<int64_t>& sizes, int64_t num_shards) {
+  if (num_shards < 1) {
+    throw InvalidArgument(
+        kComponent,
+        "the parameters need at least 1 shard, got " +
+            std::to_string(num_shards) + ".");
+  }
+  std::vector<int64_t> ends{0};
+  for (int64_t n : sizes) {
+    ends.push_back(ends.back() + n);
+  }
+  const int64_t total = ends.back();
+  // Within 2.5% of a shard on either side, a shard stays within 5% above
+  // an even share.
+  const int64_t tolerance = total / num_shards / 40;
+  std::vector<int64_t> bounds{0};
+  for (int64_t r = 1; r < num_shards; ++r) {
+    const int64_t even = total * r / num_shards;
+    auto at = std::lower_bound(ends.begin(), ends.end(), even);
+    int64_t nearest = at == ends.end() ? ends.back() : *at;
+    if (at != ends.begin() && even - *(at - 1) < nearest - even) {
+      nearest = *(at - 1);
+    }
+    const int64_t chosen =
+        std::abs(nearest - even) <= tolerance ? nearest : even;
+    bounds.push_back(std::max(chosen, bounds.back()));
+  }
+  bounds.push_back(total);
+  return bounds;
+}
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    const auto* s = state.get();
+    if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(s)) {
+      bytes += bytes_of(a->exp_avg()) + bytes_of(a->exp_avg_sq()) +
+               bytes_of(a->max_exp_avg_sq());
+    } else if (
+        const auto* w = dynamic_cast<const torch::optim::AdamWParamState*>(s)) {
+      bytes += bytes_of(w->exp_avg()) + bytes_of(w->exp_avg_sq()) +
+               bytes_of(w->max_exp_avg_sq());
+    } else if (
+        const auto* g = dynamic_cast<const torch::optim::SGDParamState*>(s)) {
+      bytes += bytes_of(g->momentum_buffer());
+    } else if (
+        const auto* r =
+            dynamic_cast<const torch::optim::RMSpropParamState*>(s)) {
+      bytes += bytes_of(r->square_avg()) + bytes_of(r->momentum_buffer()) +
+               bytes_of(r->grad_avg());
+    } else if (
+        const auto* d =
+            dynamic_cast<const torch::optim::AdagradParamState*>(s)) {
+      bytes += bytes_of(d->sum());
+    } else {
+      throw UsageError(
+          kComponent,
+          "optimizer_state_bytes counts the state of Adam, AdamW, SGD, "
+          "RMSprop and Adagrad, got another optimizer's state. Count its "
+          "tensors yourself.");
+    }
+  }
+  return bytes;
+}
+
+ShardedOptimizer::ShardedOptimizer(
+    torch::optim::Optimizer& optimizer,
+    std::shared_ptr<dist::ProcessGroup> group,
+    int64_t stage)
+    : optimizer_(optimizer), group_(std::move(group)), stage_(stage) {
+  if (stage != 1 && stage != 2) {
+    throw InvalidArgument(
+        kComponent,
+        "ShardedOptimizer implements ZeRO stages 1 and 2, got stage " +
+            std::to_string(stage) + ". Use 0 (no sharding), 1 or 2.");
+  }
+  if (!optimizer.state().empty()) {
+    throw UsageError(
+        kComponent,
+        "the optimizer has already stepped (it holds state), so its state "
+        "cannot be partitioned. Prepare the optimizer before training.");
+  }
+  if (group_) {
+    rank_ = group_->rank();
+    world_ = group_->size();
+  }
+  torch::NoGradGuard no_grad;
+  auto& groups = optimizer.param_groups();
+  std::unordered_set<const void*> seen;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> group_ends;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params().size(); ++i) {
+      const auto& p = groups[g].params()[i];
+      // Frozen parameters get no gradient and are never stepped: they stay
+      // where they are, out of the shards.
+      if (!p.requires_grad()) {
+        continue;
+      }
+      const std::string where = position_name(g, i);
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) {
+        throw InvalidArgument(
+            kComponent,
+            "the optimizer's parameter " + where +
+                " appears twice. Give each parameter to one param group.");
+      }
+      if (p.is_sparse() || !p.is_non_overlapping_and_dense()) {
+        throw InvalidArgument(
+            kComponent,
+            "ZeRO flattens the parameters into one buffer, but " + where +
+                " is sparse or not dense. Use zero_stage 0 for this model.");
+      }
+      if (!params_.empty() && (p.scalar_type() != params_[0].scalar_type() ||
+                               p.device() != params_[0].device())) {
+        throw InvalidArgument(
+            kComponent,
+            "ZeRO flattens an optimizer's parameters into one buffer, so "
+            "they must share one dtype and device: param_groups[0] starts "
+            "with " +
+                std::string(c10::toString(params_[0].scalar_type())) + " on " +
+                params_[0].device().str() + ", but " + where + " is " +
+                c10::toString(p.scalar_type()) + " on " + p.device().str() +
+                ". Convert the model to one dtype, or use one optimizer per "
+                "dtype.");
+      }
+      params_.push_back(p);
+      sizes.push_back(p.numel());
+    }
+    group_ends.push_back(static_cast<int64_t>(params_.size()));
+  }
+  if (params_.empty()) {
+    throw InvalidArgument(
+        kComponent,
+        "the optimizer holds no parameter that requires a gradient, so there "
+        "is nothing to partition.");
+  }
+  boundaries_ = partition_boundaries(sizes, world_);
+  const int64_t total = boundaries_.back();
+  flat_ = torch::empty({total}, params_[0].options());
+  int64_t offset = 0;
+  for (auto& p : params_) {
+    const int64_t n = p.numel();
+    auto view =
+        flat_.narrow(0, offset, n).as_strided(p.sizes(), p.strides(), offset);
+    view.copy_(p.detach());
+    // The parameter keeps its identity (the model, the synchronizer and
+    // autograd refer to it); its values now live in the flat buffer.
+    p.set_data(view);
+    offsets_.push_back(offset);
+    offset += n;
+  }
+  const int64_t begin = boundaries_[rank_];
+  const int64_t end = boundaries_[rank_ + 1];
+  shard_grad_ = torch::zeros({end - begin}, flat_.options());
+  size_t first = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto last = static_cast<size_t>(group_ends[g]);
+    const int64_t group_begin = first < last ? offsets_[first] : 0;
+    const int64_t group_end =
+        first < last ? offsets_[last - 1] + params_[last - 1].numel() : 0;
+    const int64_t lo = std::clamp(group_begin, begin, end);
+    const int64_t hi = std::clamp(group_end, begin, end);
+    const int64_t length = std::max<int64_t>(hi - lo, 0);
+    // A process whose shard misses a group keeps an empty slice of it, so
+    // that every process checks and steps the same groups.
+    auto shard = flat_.narrow(0, lo, length);
+    shard.mutable_grad() = shard_grad_.narrow(0, lo - begin, length);
+    groups[g].params() = {shard};
+    shards_.push_back(shard);
+    shard_offsets_.push_back(lo);
+    first = last;
+  }
+}
+
+void ShardedOptimizer::reduce_gradients() {
+  torch::NoGradGuard no_grad;
+  const int64_t begin = boundaries_[rank_];
+  const int64_t end = boundaries_[rank_ + 1];
+  if (stage_ == 1) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t o = offsets_[i];
+      const int64_t lo = std::max(o, begin);
+      const int64_t hi = std::min(o + params_[i].numel(), end);
+      if (lo >= hi) {
+        continue;
+      }
+      auto target = shard_grad_.narrow(0, lo - begin, hi - lo);
+      const auto& grad = params_[i].grad();
+      if (!grad.defined()) {
+        target.zero_();
+        continue;
+      }
+      target.copy_(
+          in_storage_order(grad, params_[i]).narrow(0, lo - o, hi - lo));
+    }
+    return;
+  }
+  // Stage 2: the local gradients in flat order, averaged as DDP averages
+  // (divided before the sum), reduce-scattered into the shard.
+  auto local = torch::zeros({boundaries_.back()}, flat_.options());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (p.grad().defined()) {
+      local.narrow(0, offsets_[i], p.numel())
+          .as_strided(p.sizes(), p.strides(), offsets_[i])
+          .copy_(p.grad());
+      p.mutable_grad() = torch::Tensor();
+    }
+  }
+  auto reduced = reduced_ ? torch::empty_like(shard_grad_) : shard_grad_;
+  if (world_ > 1) {
+    local.div_(static_cast<double>(world_));
+    group_->reduce_scatter(reduced, local, boundaries_);
+  } else {
+    reduced.copy_(local.narrow(0, begin, end - begin));
+  }
+  if (reduced_) {
+    shard_grad_.add_(reduced);
+  }
+  reduced_ = true;
+}
+
+void ShardedOptimizer::gather_parameters() {
+  if (world_ == 1) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (int64_t r = 0; r < world_; ++r) {
+    const int64_t length = boundaries_[r + 1] - boundaries_[r];
+    if (length > 0) {
+      auto part = flat_.narrow(0, boundaries_[r], length);
+      group_->broadcast(part, r);
+    }
+  }
+}
+
+void ShardedOptimizer::zero_grad(bool set_to_none) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    auto& grad = p.mutable_grad();
+    if (!grad.defined()) {
+      continue;
+    }
+    if (set_to_none) {
+      grad = torch::Tensor();
+    } else {
+      grad = grad.detach();
+      grad.zero_();
+    }
+  }
+  shard_grad_.zero_();
+  reduced_ = false;
+}
+
+std::vector<torch::Tensor> ShardedOptimizer::shard_gradients(
+    const std::vector<torch::Tensor>& parameters,
+    std::vector<bool>& managed) const {
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    index[params_[i].unsafeGetTensorImpl()] = i;
+  }
+  const int64_t begin = boundaries_[rank_];
+  const int64_t end = boundaries_[rank_ + 1];
+  std::vector<torch::Tensor> parts;
+  managed.resize(parameters.size(), false);
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    auto it = index.find(parameters[k].unsafeGetTensorImpl());
+    if (it == index.end()) {
+      continue;
+    }
+    managed[k] = true;
+    const int64_t o = offsets_[it->second];
+    const int64_t lo = std::max(o, begin);
+    const int64_t hi = std::min(o + params_[it->second].numel(), end);
+    if (lo < hi) {
+      parts.push_back(shard_grad_.narrow(0, lo - begin, hi - lo));
+    }
+  }
+  return parts;
+}
+
+int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters) {
+    grads.push_back(p.grad());
+  }
+  return storage_bytes(grads);
+}
+
+int64_t ShardedOptimizer::gradient_bytes() const {
+  std::vector<torch::Tensor> grads{shard_grad_};
+  for (const auto& p : params_) {
+    grads.push_back(p.grad());
+  }
+  return storage_bytes(grads);
+}
+
+}  // namespace ampkit::optim
