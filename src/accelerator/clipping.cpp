@@ -11,18 +11,6 @@
 
 namespace ampkit {
 
-namespace detail {
-/// Under ZeRO, where the gradients of `parameters` are: this process's
-/// parts of the shard gradients, and the gradients no sharded optimizer
-/// holds. Empty without ZeRO.
-struct ShardedGradients {
-  std::vector<torch::Tensor> shards;
-  std::vector<torch::Tensor> replicated;
-};
-std::optional<ShardedGradients> sharded_gradients(
-    AcceleratorState& st, const std::vector<torch::Tensor>& parameters);
-}  // namespace detail
-
 namespace {
 constexpr const char* kComponent = "Accelerator";
 
@@ -132,8 +120,8 @@ std::optional<ShardedGradients> sharded_gradients(
 }
 }  // namespace detail
 
-void Accelerator::unscale_gradients() {
-  auto& st = *state_;
+namespace detail {
+void unscale_gradients(AcceleratorState& st) {
   if (!st.scaler || !st.sync_gradients) {
     return;
   }
@@ -143,6 +131,46 @@ void Accelerator::unscale_gradients() {
       entry.unscaled = true;
     }
   }
+}
+
+torch::Tensor clip_grad_norm(
+    AcceleratorState& st,
+    const std::vector<torch::Tensor>& parameters,
+    double max_norm,
+    double norm_type) {
+  torch::NoGradGuard no_grad;
+  const c10::Device device = st.options.device;
+  if (!st.sync_gradients) {
+    // The gradients are partial and, under loss scaling, still scaled:
+    // nothing is clipped or unscaled in place, but the norm of what has
+    // accumulated so far is returned (unscaled), so that code ported from
+    // accelerate, which returns a norm on every call, can read it.
+    const torch::Tensor partial =
+        total_norm(defined_grads(parameters), norm_type, device);
+    return st.scaler ? partial / st.scaler->get_scale() : partial;
+  }
+  unscale_gradients(st);
+  if (auto sharded = sharded_gradients(st, parameters)) {
+    return clip_sharded(st, *sharded, max_norm, norm_type);
+  }
+  std::vector<torch::Tensor> grads = defined_grads(parameters);
+  if (grads.empty()) {
+    return torch::zeros({}, torch::TensorOptions().device(device));
+  }
+  const torch::Tensor total = total_norm(grads, norm_type, device);
+  // PyTorch's clip_grad_norm_: multiply by the clamped coefficient without
+  // a host sync (a no-op factor of 1 when the norm is below max_norm).
+  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) {
+    g.mul_(coef.to(g.device()));
+  }
+  st.last_grad_norm = total;
+  return total;
+}
+}  // namespace detail
+
+void Accelerator::unscale_gradients() {
+  detail::unscale_gradients(*state_);
 }
 
 torch::Tensor Accelerator::clip_grad_norm_(
@@ -161,33 +189,7 @@ torch::Tensor Accelerator::clip_grad_norm_(
         "clip_grad_norm_ needs norm_type > 0 (or infinity), got " +
             std::to_string(norm_type) + ". Use 2.0 for the Euclidean norm.");
   }
-  torch::NoGradGuard no_grad;
-  if (!state_->sync_gradients) {
-    // The gradients are partial and, under loss scaling, still scaled:
-    // nothing is clipped or unscaled in place, but the norm of what has
-    // accumulated so far is returned (unscaled), so that code ported from
-    // accelerate, which returns a norm on every call, can read it.
-    const torch::Tensor partial =
-        total_norm(defined_grads(parameters), norm_type, device());
-    return state_->scaler ? partial / state_->scaler->get_scale() : partial;
-  }
-  unscale_gradients();
-  if (auto sharded = detail::sharded_gradients(*state_, parameters)) {
-    return clip_sharded(*state_, *sharded, max_norm, norm_type);
-  }
-  std::vector<torch::Tensor> grads = defined_grads(parameters);
-  if (grads.empty()) {
-    return torch::zeros({}, torch::TensorOptions().device(device()));
-  }
-  const torch::Tensor total = total_norm(grads, norm_type, device());
-  // PyTorch's clip_grad_norm_: multiply by the clamped coefficient without
-  // a host sync (a no-op factor of 1 when the norm is below max_norm).
-  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  for (auto& g : grads) {
-    g.mul_(coef.to(g.device()));
-  }
-  state_->last_grad_norm = total;
-  return total;
+  return detail::clip_grad_norm(*state_, parameters, max_norm, norm_type);
 }
 
 void Accelerator::clip_grad_value_(

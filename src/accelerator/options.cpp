@@ -61,6 +61,17 @@ int64_t env_integer(const std::string& name, const std::string& value) {
   return *parsed;
 }
 
+double env_double(const std::string& name, const std::string& value) {
+  const auto parsed = detail::parse_double(value);
+  if (!parsed) {
+    throw InvalidArgument(
+        kComponent,
+        "environment variable " + name + " must be a number, got '" + value +
+            "'. Set it to a value such as 1.0, or unset it.");
+  }
+  return *parsed;
+}
+
 bool env_bool(const std::string& name, const std::string& value) {
   const std::string v = lower(value);
   if (v == "1" || v == "true" || v == "yes" || v == "on") {
@@ -334,6 +345,22 @@ ResolvedAcceleratorOptions resolve_options(
         "zero_stage must be 0, 1 or 2, got " + std::to_string(r.zero_stage) +
             " (" + zero.source + ").");
   }
+  const Picked<double> clipping = pick(
+      options.gradient_clipping(),
+      env,
+      {kEnvGradientClipping, kEnvAccelerateGradientClipping},
+      env_double,
+      options.config().gradient_clipping,
+      options.config().origin,
+      0.0);
+  r.gradient_clipping = clipping.value;
+  if (!(r.gradient_clipping >= 0) || std::isinf(r.gradient_clipping)) {
+    throw InvalidArgument(
+        kComponent,
+        "gradient_clipping must be a finite norm >= 0 (0: no clipping), got " +
+            format_double(r.gradient_clipping) + " (" + clipping.source +
+            "). DeepSpeed configs often use 1.0.");
+  }
   if (r.zero_stage > 0 && r.find_unused_parameters) {
     throw InvalidArgument(
         kComponent,
@@ -389,6 +416,9 @@ ResolvedAcceleratorOptions resolve_options(
            : r.zero_stage == 2 ? " (optimizer state and gradients sharded)"
                                : " (DDP: nothing sharded)"),
       zero.source);
+  add("gradient_clipping",
+      r.gradient_clipping > 0 ? format_double(r.gradient_clipping) : "off",
+      clipping.source);
 #define AMPKIT_OPTION_ROW(type, name, default_value) \
   add(#name,                                         \
       setting_text(r.name),                          \

@@ -28,8 +28,17 @@ void PreparedOptimizer::step_unhinted() {
   if (!st.sync_gradients) {
     return;
   }
-  step_optimizer();
   auto& entry = st.optimizers[index_];
+  if (st.options.gradient_clipping > 0) {
+    // DeepSpeed's gradient_clipping: this optimizer's gradients to the
+    // global norm before it steps.
+    detail::clip_grad_norm(
+        st,
+        entry.sharded ? entry.sharded->parameters() : optimizer_parameters(),
+        st.options.gradient_clipping,
+        2.0);
+  }
+  step_optimizer();
   if (entry.sharded) {
     // Each process stepped its shard (or, when the step was skipped, none
     // did): every process's shard to every process.
@@ -133,15 +142,19 @@ int64_t PreparedOptimizer::state_bytes() const {
   return optim::optimizer_state_bytes(*optimizer_);
 }
 
-int64_t PreparedOptimizer::gradient_bytes() const {
-  if (const auto& sharded = state_->optimizers[index_].sharded) {
-    return sharded->gradient_bytes();
-  }
+std::vector<torch::Tensor> PreparedOptimizer::optimizer_parameters() const {
   std::vector<torch::Tensor> params;
   for (const auto& group : optimizer_->param_groups()) {
     params.insert(params.end(), group.params().begin(), group.params().end());
   }
-  return optim::gradient_bytes(params);
+  return params;
+}
+
+int64_t PreparedOptimizer::gradient_bytes() const {
+  if (const auto& sharded = state_->optimizers[index_].sharded) {
+    return sharded->gradient_bytes();
+  }
+  return optim::gradient_bytes(optimizer_parameters());
 }
 
 bool PreparedOptimizer::step_was_skipped() const {

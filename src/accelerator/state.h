@@ -125,6 +125,25 @@ struct AcceleratorState {
   void update_scaler();
 };
 
+/// Under ZeRO, where the gradients of `parameters` are: this process's
+/// parts of the shard gradients, and the gradients no sharded optimizer
+/// holds. Empty without ZeRO.
+struct ShardedGradients {
+  std::vector<torch::Tensor> shards;
+  std::vector<torch::Tensor> replicated;
+};
+std::optional<ShardedGradients> sharded_gradients(
+    AcceleratorState& st, const std::vector<torch::Tensor>& parameters);
+
+/// Accelerator::unscale_gradients and clip_grad_norm_ (arguments checked),
+/// also run by a prepared optimizer under gradient_clipping.
+void unscale_gradients(AcceleratorState& st);
+torch::Tensor clip_grad_norm(
+    AcceleratorState& st,
+    const std::vector<torch::Tensor>& parameters,
+    double max_norm,
+    double norm_type);
+
 /// Moves an optimizer's state (Adam's moments, SGD's momentum buffers) to
 /// `device` through a serialisation round trip, which every LibTorch
 /// optimizer supports.

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ampkit/config/config.h"
+
 namespace ampkit::config::detail {
 
 /// The component named in this layer's errors.
@@ -37,5 +39,13 @@ bool looks_like_json(const std::string& path, const std::string& text);
 /// ConfigError, both naming `path`.
 std::vector<Entry> parse_yaml(const std::string& path, const std::string& text);
 std::vector<Entry> parse_json(const std::string& path, const std::string& text);
+
+/// Reads accelerate's deepspeed_config (`entry`, nullptr when absent) of a
+/// DEEPSPEED config into `config`: zero_stage (default 2, as accelerate's
+/// DeepSpeedPlugin), gradient_accumulation_steps and gradient_clipping. A
+/// setting ampkit does not implement (stage 3, offload, a DeepSpeed JSON
+/// file, ...) is a ConfigError naming it.
+void read_deepspeed_config(
+    const Entry* entry, const std::string& path, LaunchConfig& config);
 
 }  // namespace ampkit::config::detail

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <istream>
 #include <optional>
 #include <ostream>
@@ -16,7 +17,9 @@
 
 #include "utils/strings.h"
 
+using ampkit::detail::exact_number;
 using ampkit::detail::lower;
+using ampkit::detail::parse_double;
 using ampkit::detail::parse_int;
 
 namespace ampkit::config {
@@ -307,6 +310,36 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
             : "for a single GPU choose No distributed training");
   }
 
+  bool use_zero = false;
+  if (distributed) {
+    // accelerate's DeepSpeed questions, for ampkit's own ZeRO.
+    use_zero = q.ask_bool(
+        "Do you want to use DeepSpeed (ZeRO: ampkit shards the optimizer "
+        "state, and with stage 2 the gradients, over c10d)?",
+        false);
+    if (use_zero) {
+      config.zero_stage = q.ask_int(
+          "What should be your DeepSpeed's ZeRO optimization stage?",
+          2,
+          0,
+          2,
+          "stage 3, sharded parameters, is not implemented by ampkit");
+      if (q.ask_bool("Do you want to use gradient clipping?", false)) {
+        config.gradient_clipping = q.ask(
+            "What is the gradient clipping value?",
+            "1.0",
+            "Please enter a number > 0, such as 1.0.",
+            [](const std::string& answer) -> std::optional<double> {
+              const auto value = parse_double(answer);
+              if (value && *value > 0 && std::isfinite(*value)) {
+                return value;
+              }
+              return std::nullopt;
+            });
+      }
+    }
+  }
+
   if (multi_gpu) {
     config.gpu_ids = q.ask(
         "What GPU(s) (by id) should be used for training on this machine as a "
@@ -327,6 +360,27 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
       "How many gradient accumulation steps are you passing in your script?",
       1,
       1);
+  if (use_zero) {
+    // Written as accelerate writes a DeepSpeed config, so that accelerate
+    // reads the same file; offload and stage 3 stay off (not implemented).
+    config.distributed_type = "DEEPSPEED";
+    std::string deepspeed = "gradient_accumulation_steps: " +
+                            std::to_string(config.gradient_accumulation_steps) +
+                            "\n";
+    if (config.gradient_clipping > 0) {
+      // A float, as Python writes one (1.0, not 1).
+      std::string clip = exact_number(config.gradient_clipping);
+      if (clip.find_first_of(".e") == std::string::npos) {
+        clip += ".0";
+      }
+      deepspeed += "gradient_clipping: " + clip + "\n";
+    }
+    deepspeed +=
+        "offload_optimizer_device: none\noffload_param_device: none\n"
+        "zero3_init_flag: false\nzero_stage: " +
+        std::to_string(config.zero_stage) + "\n";
+    config.passthrough.emplace_back("deepspeed_config", deepspeed);
+  }
   return config;
 }
 

@@ -88,10 +88,9 @@ const std::vector<std::string> kPassthroughKeys = {
 const std::vector<std::string> kLegacyKeys = {"dynamo_backend", "fp16"};
 
 const std::vector<std::string> kDistributedTypes = {
-    "NO", "MULTI_CPU", "MULTI_GPU"};
+    "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED"};
 /// accelerate's other DistributedType values: real, but not ampkit's.
 const std::vector<std::string> kOtherDistributedTypes = {
-    "DEEPSPEED",
     "FSDP",
     "MEGATRON_LM",
     "MULTI_HPU",
@@ -206,7 +205,8 @@ class Reader {
     } else if (key == "distributed_type") {
       if (contains(kOtherDistributedTypes, entry.text)) {
         bad(entry,
-            "is not supported by ampkit: use NO, MULTI_CPU or MULTI_GPU",
+            "is not supported by ampkit: use NO, MULTI_CPU, MULTI_GPU or "
+            "DEEPSPEED (ZeRO stages 1 and 2)",
             "Valid values: " + join(kDistributedTypes, ", ") + ".");
       }
       config.distributed_type = one_of(entry, kDistributedTypes);
@@ -317,6 +317,15 @@ class Reader {
     if (fp16 != nullptr && !has_mixed_precision && boolean(*fp16)) {
       config.mixed_precision = Precision::fp16;
     }
+    if (config.distributed_type == "DEEPSPEED") {
+      const Entry* deepspeed = nullptr;
+      for (const Entry& entry : entries) {
+        if (entry.key == "deepspeed_config") {
+          deepspeed = &entry;
+        }
+      }
+      detail::read_deepspeed_config(deepspeed, path_, config);
+    }
     for (const Entry& entry : entries) {
       if (!contains(kAmpkitKeys, entry.key) &&
           !contains(kPassthroughKeys, entry.key) &&
@@ -398,6 +407,10 @@ ConfigValues to_config_values(
   values.mixed_precision = config.mixed_precision;
   values.gradient_accumulation_steps = config.gradient_accumulation_steps;
   values.use_cpu = config.use_cpu;
+  if (config.distributed_type == "DEEPSPEED") {
+    values.zero_stage = config.zero_stage;
+    values.gradient_clipping = config.gradient_clipping;
+  }
   if (!config.log_with.empty()) {
     values.log_with = config.log_with;
   }

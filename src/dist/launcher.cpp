@@ -249,6 +249,15 @@ class Group {
         if (o_.debug) {
           set("AMPKIT_DEBUG", "1");
         }
+        if (o_.zero_stage >= 0) {
+          set("AMPKIT_ZERO_STAGE", std::to_string(o_.zero_stage));
+        }
+        if (o_.gradient_clipping > 0) {
+          std::ostringstream clip;
+          clip.precision(17);
+          clip << o_.gradient_clipping;
+          set("AMPKIT_GRADIENT_CLIPPING", clip.str());
+        }
         std::vector<char*> argv;
         for (const auto& a : o_.command) {
           argv.push_back(const_cast<char*>(a.c_str()));

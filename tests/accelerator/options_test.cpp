@@ -256,6 +256,67 @@ TEST(OptionsTest, AccumulationStepsBelowOneAreRefusedWithTheirSource) {
       "got -2 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)");
 }
 
+// zero_stage comes from the option, accelerate's DeepSpeed variable or a
+// DEEPSPEED config, as the other settings; stage 3 is refused, not run as
+// something else.
+TEST(OptionsTest, ZeroStageFollowsThePrecedenceAndStageThreeIsRefused) {
+  EXPECT_EQ(resolve_options({}, env_of({}), cpu_only(false)).zero_stage, 0);
+  ConfigValues config;
+  config.origin = "ds.yaml";
+  config.zero_stage = 1;
+  config.gradient_clipping = 1.0;
+  const auto from_config = resolve_options(
+      AcceleratorOptions().config(config), env_of({}), cpu_only(false));
+  EXPECT_EQ(from_config.zero_stage, 1);
+  EXPECT_EQ(from_config.gradient_clipping, 1.0);
+  EXPECT_EQ(row(from_config, "zero_stage").source, "ds.yaml");
+  const auto from_env = resolve_options(
+      AcceleratorOptions().config(config),
+      env_of(
+          {{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"},
+           {"ACCELERATE_GRADIENT_CLIPPING", "0.5"}}),
+      cpu_only(false));
+  EXPECT_EQ(from_env.zero_stage, 2);
+  EXPECT_EQ(from_env.gradient_clipping, 0.5);
+  EXPECT_EQ(
+      row(from_env, "zero_stage").source,
+      "env ACCELERATE_DEEPSPEED_ZERO_STAGE");
+  EXPECT_EQ(
+      resolve_options(
+          AcceleratorOptions().zero_stage(1),
+          env_of({{"AMPKIT_ZERO_STAGE", "2"}}),
+          cpu_only(false))
+          .zero_stage,
+      1);
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          {},
+          env_of({{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"}}),
+          cpu_only(false)),
+      Unsupported,
+      "zero_stage 3 (env ACCELERATE_DEEPSPEED_ZERO_STAGE) shards the "
+      "parameters themselves, which ampkit does not implement");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().zero_stage(-1), env_of({}), cpu_only(false)),
+      InvalidArgument,
+      "zero_stage must be 0, 1 or 2, got -1 (explicit)");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().zero_stage(2).find_unused_parameters(true),
+          env_of({}),
+          cpu_only(false)),
+      InvalidArgument,
+      "zero_stage 2 with find_unused_parameters is not supported");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
+          AcceleratorOptions().gradient_clipping(-1.0),
+          env_of({}),
+          cpu_only(false)),
+      InvalidArgument,
+      "gradient_clipping must be a finite norm >= 0");
+}
+
 TEST(OptionsTest, UnknownPrecisionStringIsRefusedAtTheOption) {
   AMPKIT_EXPECT_THROWS_WITH(
       AcceleratorOptions().mixed_precision("half"), InvalidArgument, "half");

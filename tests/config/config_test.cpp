@@ -228,12 +228,72 @@ TEST_F(ConfigFileTest, DistributedTypeOfAccelerateOnlyIsRefusedByName) {
       InvalidArgument,
       fsdp +
           ":1: key 'distributed_type' is not supported by ampkit: use NO, "
-          "MULTI_CPU or MULTI_GPU, got 'FSDP'.");
+          "MULTI_CPU, MULTI_GPU or DEEPSPEED (ZeRO stages 1 and 2), got "
+          "'FSDP'.");
   const std::string typo = write("typo.yaml", "distributed_type: MULTI_GUP\n");
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(typo),
       InvalidArgument,
-      "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU.");
+      "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU, DEEPSPEED.");
+}
+
+// An accelerate DeepSpeed config as `accelerate config` writes it runs on
+// ampkit's ZeRO; what ampkit does not implement is refused by name.
+TEST_F(ConfigFileTest, DeepSpeedConfigRunsOnZeroAndRefusesWhatItLacks) {
+  const std::string accelerate_written = write(
+      "ds.yaml",
+      "compute_environment: LOCAL_MACHINE\n"
+      "debug: false\n"
+      "deepspeed_config:\n"
+      "  gradient_accumulation_steps: 4\n"
+      "  gradient_clipping: 1.0\n"
+      "  offload_optimizer_device: none\n"
+      "  offload_param_device: none\n"
+      "  zero3_init_flag: false\n"
+      "  zero_stage: 2\n"
+      "distributed_type: DEEPSPEED\n"
+      "downcast_bf16: 'no'\n"
+      "machine_rank: 0\n"
+      "main_training_function: main\n"
+      "mixed_precision: bf16\n"
+      "num_machines: 1\n"
+      "num_processes: 2\n"
+      "use_cpu: true\n");
+  const LaunchConfig config = load_config(accelerate_written);
+  EXPECT_EQ(config.distributed_type, "DEEPSPEED");
+  EXPECT_EQ(config.zero_stage, 2);
+  EXPECT_EQ(config.gradient_clipping, 1.0);
+  EXPECT_EQ(config.gradient_accumulation_steps, 4);
+  // No deepspeed_config: DeepSpeedPlugin's default stage 2.
+  EXPECT_EQ(
+      load_config(write("bare.yaml", "distributed_type: DEEPSPEED\n"))
+          .zero_stage,
+      2);
+
+  auto refused = [&](const std::string& line, const std::string& message) {
+    const std::string path = write(
+        "refused.yaml",
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  " + line + "\n");
+    AMPKIT_EXPECT_THROWS_WITH(load_config(path), InvalidArgument, message);
+  };
+  refused(
+      "zero_stage: 3",
+      "deepspeed_config.zero_stage '3': ZeRO stage 3 (sharded parameters) is "
+      "not implemented by ampkit");
+  refused(
+      "offload_optimizer_device: cpu",
+      "deepspeed_config.offload_optimizer_device 'cpu': offloading to the "
+      "CPU or NVMe is not implemented by ampkit");
+  refused(
+      "offload_param_device: nvme", "deepspeed_config.offload_param_device");
+  refused(
+      "deepspeed_config_file: ds.json",
+      "deepspeed_config.deepspeed_config_file 'ds.json' is a DeepSpeed "
+      "setting ampkit does not implement");
+  refused("zero3_init_flag: true", "it applies to ZeRO stage 3");
+  refused("zero_stage: two", "is not a ZeRO stage. Valid values: 0, 1, 2.");
+  refused("gradient_clipping: -1", "must be a number >= 0");
+  refused("zero_stages: 2", "unknown key deepspeed_config.zero_stages");
 }
 
 TEST_F(ConfigFileTest, NegativeNumProcessesIsOutOfRange) {

@@ -66,6 +66,7 @@ TEST(QuestionnaireTest, MultiGpuOnTwoMachinesFillsEveryField) {
       "c10d\n"          // rendezvous backend
       "YES\n"           // debug
       "8\n"             // processes over both machines
+      "no\n"            // DeepSpeed (ZeRO)
       "0, 1,2,3\n"      // GPU ids
       "bf16\n"          // mixed precision
       "4\n");           // gradient accumulation
@@ -97,17 +98,17 @@ TEST(QuestionnaireTest, InvalidAnswerIsReaskedWithTheValidValues) {
 }
 
 TEST(QuestionnaireTest, MenuTakesANumberOrAName) {
-  EXPECT_EQ(answer("0\n1\n\n\n\n\n\n").distributed_type, "MULTI_CPU");
-  EXPECT_EQ(answer("0\nMulti-CPU\n\n\n\n\n\n").distributed_type, "MULTI_CPU");
-  EXPECT_EQ(answer("0\nmulti_cpu\n\n\n\n\n\n").distributed_type, "MULTI_CPU");
+  EXPECT_EQ(answer("0\n1\n\n\n\n\n\n\n").distributed_type, "MULTI_CPU");
+  EXPECT_EQ(answer("0\nMulti-CPU\n\n\n\n\n\n\n").distributed_type, "MULTI_CPU");
+  EXPECT_EQ(answer("0\nmulti_cpu\n\n\n\n\n\n\n").distributed_type, "MULTI_CPU");
   EXPECT_EQ(answer("0\n0\n2\n\n").mixed_precision, Precision::bf16);
   EXPECT_EQ(answer("0\n0\nAUTO\n\n").mixed_precision, Precision::automatic);
   EXPECT_EQ(answer("LOCAL_MACHINE\nno\n\n\n").distributed_type, "NO");
 }
 
 TEST(QuestionnaireTest, MultiCpuDefaultsToTwoProcessesOnCpu) {
-  // Type, machines, debug, processes, precision, accumulation.
-  const LaunchConfig config = answer("0\n1\n\n\n\n\n\n");
+  // Type, machines, debug, processes, DeepSpeed, precision, accumulation.
+  const LaunchConfig config = answer("0\n1\n\n\n\n\n\n\n");
   EXPECT_EQ(config.num_processes, 2);
   EXPECT_TRUE(config.use_cpu);
   EXPECT_EQ(config.gpu_ids, "all");
@@ -122,7 +123,7 @@ TEST(QuestionnaireTest, OtherComputeEnvironmentsAreRefusedAsUnsupported) {
 
 TEST(QuestionnaireTest, RefusesOneProcessForMultiGpuOnOneMachine) {
   std::string printed;
-  const LaunchConfig config = answer("0\n2\n\n\n1\n2\n\n\n\n", &printed);
+  const LaunchConfig config = answer("0\n2\n\n\n1\n2\n\n\n\n\n", &printed);
   EXPECT_THAT(printed, HasSubstr("Please enter an integer >= 2"));
   EXPECT_EQ(config.num_processes, 2);
 }
@@ -130,7 +131,7 @@ TEST(QuestionnaireTest, RefusesOneProcessForMultiGpuOnOneMachine) {
 TEST(QuestionnaireTest, MachineRankMustBeBelowTheNumberOfMachines) {
   std::string printed;
   const LaunchConfig config =
-      answer("0\n1\n3\n3\n2\nhost\n\n\n\n\n\n\n", &printed);
+      answer("0\n1\n3\n3\n2\nhost\n\n\n\n\n\n\n\n", &printed);
   EXPECT_THAT(printed, HasSubstr("Please enter an integer from 0 to 2"));
   EXPECT_EQ(config.machine_rank, 2);
   EXPECT_EQ(config.main_process_ip, "host");
@@ -152,7 +153,7 @@ TEST(QuestionnaireTest, LastAnswerWithoutNewlineIsAccepted) {
 
 TEST(QuestionnaireTest, PromptsShowTheDefaultsInBrackets) {
   std::string printed;
-  answer("0\nmulti-GPU\n2\n\n10.0.0.1\n\n\n\n\n\n\n\n", &printed);
+  answer("0\nmulti-GPU\n2\n\n10.0.0.1\n\n\n\n\n\n\n\n\n", &printed);
   EXPECT_THAT(printed, HasSubstr("[No distributed training]: "));
   EXPECT_THAT(printed, HasSubstr("multi-node training)? [1]: "));
   EXPECT_THAT(printed, HasSubstr("rank of this machine? [0]: "));
@@ -163,6 +164,41 @@ TEST(QuestionnaireTest, PromptsShowTheDefaultsInBrackets) {
   EXPECT_THAT(printed, HasSubstr("comma-separated list? [all]: "));
   EXPECT_THAT(printed, HasSubstr("Enter a number or a name [no]: "));
   EXPECT_THAT(printed, HasSubstr("in your script? [1]: "));
+}
+
+// accelerate's DeepSpeed questions, for ampkit's ZeRO: the file says
+// DEEPSPEED with a deepspeed_config accelerate writes, and reads back.
+TEST(QuestionnaireTest, DeepSpeedAnswersWriteAZeroConfigThatReadsBack) {
+  std::string printed;
+  const LaunchConfig config = answer(
+      "0\n"    // compute environment
+      "1\n"    // multi-CPU
+      "\n"     // machines
+      "\n"     // debug
+      "2\n"    // processes
+      "yes\n"  // DeepSpeed
+      "3\n"    // stage 3: refused
+      "1\n"    // stage 1
+      "y\n"    // gradient clipping
+      "0.5\n"  // its value
+      "\n"     // precision
+      "2\n",   // accumulation
+      &printed);
+  EXPECT_THAT(printed, HasSubstr("stage 3, sharded parameters, is not"));
+  EXPECT_EQ(config.distributed_type, "DEEPSPEED");
+  EXPECT_EQ(config.zero_stage, 1);
+  EXPECT_EQ(config.gradient_clipping, 0.5);
+  EXPECT_TRUE(config.use_cpu);
+  const std::string path = ::testing::TempDir() + "/deepspeed_config.yaml";
+  save_config(config, path);
+  const LaunchConfig back = load_config(path);
+  EXPECT_EQ(back.distributed_type, "DEEPSPEED");
+  EXPECT_EQ(back.zero_stage, 1);
+  EXPECT_EQ(back.gradient_clipping, 0.5);
+  EXPECT_EQ(back.gradient_accumulation_steps, 2);
+  const ConfigValues values = to_config_values(back, path);
+  EXPECT_EQ(values.zero_stage, std::optional<int64_t>(1));
+  EXPECT_EQ(values.gradient_clipping, std::optional<double>(0.5));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -149,22 +150,23 @@ class DistTest : public ampkit::testing_util::TempDirTest {
       const std::string& precision,
       double clip,
       double atol,
-      bool inject = false) {
+      bool inject = false,
+      std::optional<double> zero_clip = std::nullopt) {
     const auto ddp = (dir_ / "ddp.pt").string();
     const auto zero = (dir_ / "zero.pt").string();
-    auto args = [&](const std::string& out, int64_t s) {
+    auto args = [&](const std::string& out, int64_t s, double c) {
       return std::vector<std::string>{
           "zero",
           out,
           std::to_string(s),
           std::to_string(accumulation),
           precision,
-          std::to_string(clip),
+          std::to_string(c),
           inject ? "inject" : "no"};
     };
-    auto ddp_run = run(2, args(ddp, 0));
+    auto ddp_run = run(2, args(ddp, 0, clip));
     expect_all_ok(ddp_run);
-    auto zero_run = run(2, args(zero, stage));
+    auto zero_run = run(2, args(zero, stage, zero_clip.value_or(clip)));
     expect_all_ok(zero_run);
     const auto a = load("ddp.pt");
     const auto b = load("zero.pt");
@@ -247,6 +249,12 @@ TEST_F(DistTest, ZeroStagesOneAndTwoTrainLikeDdp) {
     expect_zero_matches_ddp(stage, 1, "no", 0, 1e-6);
     expect_zero_matches_ddp(stage, 2, "no", 0.5, 1e-6);
   }
+}
+
+// DeepSpeed's gradient_clipping (from a DEEPSPEED config) clips before
+// each step as clip_grad_norm_ calls in the loop do.
+TEST_F(DistTest, ZeroGradientClippingOptionClipsLikeClipGradNorm) {
+  expect_zero_matches_ddp(2, 1, "no", 0.5, 1e-6, false, -0.5);
 }
 
 TEST_F(DistTest, ZeroInBf16TrainsLikeDdpWithinBf16Tolerance) {

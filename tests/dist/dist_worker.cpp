@@ -110,7 +110,8 @@ int train(
 
 // ZeRO against DDP: 100 AdamW steps (optimizer state matters) of `stage`
 // on a global batch of 16 split over the processes, with accumulation,
-// clipping to `clip` (0: none) and, with `inject`, loss scaling and an inf
+// clipping to `clip` (0: none; negative: by gradient_clipping) and, with
+// `inject`, loss scaling and an inf
 // put into rank 1's local gradient of fc1.weight[0][0] at step 5 (rank 0's
 // shard under ZeRO: only the agreed found_inf makes rank 1 skip too). Rank
 // 0 saves the final parameters to `out`; every rank prints its optimizer
@@ -122,11 +123,14 @@ int zero_train(
     const std::string& precision,
     double clip,
     bool inject) {
-  ampkit::Accelerator accelerator(base_options()
-                                      .mixed_precision(precision)
-                                      .gradient_accumulation_steps(accumulation)
-                                      .zero_stage(stage)
-                                      .loss_scaling(inject));
+  ampkit::Accelerator accelerator(
+      base_options()
+          .mixed_precision(precision)
+          .gradient_accumulation_steps(accumulation)
+          .zero_stage(stage)
+          .loss_scaling(inject)
+          // A negative clip: the same clipping by the option, without calls.
+          .gradient_clipping(clip < 0 ? -clip : 0.0));
   torch::manual_seed(accelerator.process_index() * 7 + 1);  // differ on purpose
   Net net;
   torch::optim::AdamW adamw(

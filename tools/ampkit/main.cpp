@@ -416,6 +416,25 @@ int main(int argc, char** argv) {
       "micro-batches per step");
   given["debug"] = launch->add_flag(
       flags("debug"), launch_options.debug, "shape checks before collectives");
+  given["use_deepspeed"] = launch->add_flag(
+      flags("use-deepspeed"),
+      "ZeRO (accelerate's DeepSpeed flag): ampkit's own ZeRO, stage "
+      "--zero_stage (default 2)");
+  given["zero_stage"] =
+      launch
+          ->add_option(
+              flags("zero-stage"),
+              launch_options.zero_stage,
+              "ZeRO stage: 0 (DDP), 1 (optimizer state sharded), 2 (and "
+              "gradients); 3 is not implemented")
+          ->check(CLI::Range(0, 2));
+  given["gradient_clipping"] =
+      launch
+          ->add_option(
+              flags("gradient-clipping"),
+              launch_options.gradient_clipping,
+              "clip gradients to this global norm before each step")
+          ->check(CLI::NonNegativeNumber);
   launch
       ->add_option(
           flags("num-cpu-threads-per-process"),
@@ -538,6 +557,13 @@ int main(int argc, char** argv) {
             launch_options.gradient_accumulation_steps,
             c.gradient_accumulation_steps);
         from("debug", launch_options.debug, c.debug);
+        if (c.distributed_type == "DEEPSPEED") {
+          from("zero_stage", launch_options.zero_stage, c.zero_stage);
+          from(
+              "gradient_clipping",
+              launch_options.gradient_clipping,
+              c.gradient_clipping);
+        }
       } else {
         const std::pair<const char*, const char*> keys[] = {
             {"num_processes", "1"},
@@ -550,6 +576,10 @@ int main(int argc, char** argv) {
         }
       }
       launch_options.mixed_precision = launch_precision;
+      if (given["use_deepspeed"]->count() > 0 &&
+          launch_options.zero_stage < 0) {
+        launch_options.zero_stage = 2;  // accelerate's DeepSpeed default
+      }
       if (!defaults.empty() && !launch_options.quiet) {
         std::string list;
         for (const auto& d : defaults) {

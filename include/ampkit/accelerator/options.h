@@ -52,6 +52,12 @@ constexpr const char* kEnvZeroStage = "AMPKIT_ZERO_STAGE";
 constexpr const char* kEnvAccelerateZeroStage =
     "ACCELERATE_DEEPSPEED_ZERO_STAGE";
 
+/// gradient_clipping: a global gradient norm >= 0 (0: none).
+constexpr const char* kEnvGradientClipping = "AMPKIT_GRADIENT_CLIPPING";
+/// accelerate launch's name for the same setting (DeepSpeed runs).
+constexpr const char* kEnvAccelerateGradientClipping =
+    "ACCELERATE_GRADIENT_CLIPPING";
+
 /// The options the Accelerator takes as given: each is checked, none depends
 /// on the environment, the config file or the hardware. This is their one
 /// list, (type, name, default): AcceleratorOptions declares each as a
@@ -173,6 +179,12 @@ struct AcceleratorOptions {
   /// Also from AMPKIT_ZERO_STAGE / ACCELERATE_DEEPSPEED_ZERO_STAGE, or a
   /// config's deepspeed_config zero_stage.
   TORCH_ARG(std::optional<int64_t>, zero_stage);
+  /// Clip each prepared optimizer's gradients to this global L2 norm before
+  /// it steps, without a clip_grad_norm_ call (DeepSpeed's
+  /// gradient_clipping). 0 (default): none. Also from
+  /// AMPKIT_GRADIENT_CLIPPING / ACCELERATE_GRADIENT_CLIPPING, or a config's
+  /// deepspeed_config gradient_clipping.
+  TORCH_ARG(std::optional<double>, gradient_clipping);
 
   // The options below are taken as given (checked, not resolved); each is
   // documented in AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS above.
@@ -208,6 +220,7 @@ struct ResolvedAcceleratorOptions {
   dist::DistEnv dist;
   bool debug{};
   int64_t zero_stage{};
+  double gradient_clipping{};
 #define AMPKIT_RESOLVED_OPTION(type, name, default_value) \
   type name = default_value;
   AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_RESOLVED_OPTION)

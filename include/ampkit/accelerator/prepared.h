@@ -178,6 +178,7 @@ class PreparedOptimizer {
 
   void step_unhinted();
   void step_optimizer();
+  std::vector<torch::Tensor> optimizer_parameters() const;
 
   torch::optim::Optimizer* optimizer_;
   size_t index_;

@@ -26,8 +26,10 @@ struct ConfigValues {
   std::optional<bool> use_cpu;
   /// accelerate's log_with: trackers, e.g. "jsonl,tensorboard" or "all".
   std::optional<std::string> log_with;
-  /// deepspeed_config's zero_stage (a DEEPSPEED config).
+  /// deepspeed_config's zero_stage and gradient_clipping (a DEEPSPEED
+  /// config).
   std::optional<int64_t> zero_stage;
+  std::optional<double> gradient_clipping;
 };
 
 }  // namespace ampkit
@@ -54,7 +56,8 @@ std::string config_path_to_read();
 /// in `passthrough` so that `ampkit config update` preserves them.
 struct LaunchConfig {
   std::string compute_environment = "LOCAL_MACHINE";
-  /// NO, MULTI_CPU or MULTI_GPU.
+  /// NO, MULTI_CPU, MULTI_GPU, or DEEPSPEED (several processes, CPU or GPU
+  /// by use_cpu, with ZeRO per deepspeed_config).
   std::string distributed_type = "NO";
   Precision mixed_precision = Precision::no;
   int64_t num_processes = 1;
@@ -70,6 +73,10 @@ struct LaunchConfig {
   int64_t gradient_accumulation_steps = 1;
   std::string log_with;  ///< "" = none
   std::string main_training_function = "main";
+  /// distributed_type DEEPSPEED: deepspeed_config's zero_stage (0-2; ampkit's
+  /// own ZeRO) and gradient_clipping (0: none).
+  int64_t zero_stage = 0;
+  double gradient_clipping = 0;
   /// Known accelerate keys ampkit does not act on, as key -> YAML text.
   std::vector<std::pair<std::string, std::string>> passthrough;
 };

@@ -25,6 +25,10 @@ struct LaunchOptions {
   bool cpu = false;
   int64_t gradient_accumulation_steps = 0;
   bool debug = false;
+  /// ZeRO stage for the workers (AMPKIT_ZERO_STAGE); -1: not set.
+  int64_t zero_stage = -1;
+  /// Global gradient norm clip (AMPKIT_GRADIENT_CLIPPING); <= 0: not set.
+  double gradient_clipping = 0;
   /// OMP_NUM_THREADS for each worker (accelerate's
   /// --num_cpu_threads_per_process). 0: an OMP_NUM_THREADS already set is
   /// passed on, else the machine's cores are shared among its processes

@@ -1,0 +1,135 @@
+// accelerate's deepspeed_config (distributed_type: DEEPSPEED) read for
+// ampkit's own ZeRO: the stages and settings it implements are taken, every
+// other one is refused by name, never ignored.
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ampkit/config/config.h"
+#include "config/parse.h"
+#include "utils/strings.h"
+
+namespace ampkit::config::detail {
+
+namespace {
+
+// What accelerate's questionnaire and DeepSpeedPlugin write.
+const std::vector<std::string> kDeepSpeedKeys = {
+    "deepspeed_config_file",
+    "deepspeed_exclusion_filter",
+    "deepspeed_hostfile",
+    "deepspeed_inclusion_filter",
+    "deepspeed_moe_layer_cls_names",
+    "deepspeed_multinode_launcher",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "offload_optimizer_device",
+    "offload_optimizer_nvme_path",
+    "offload_param_device",
+    "offload_param_nvme_path",
+    "zero3_init_flag",
+    "zero3_save_16bit_model",
+    "zero_stage"};
+
+}  // namespace
+
+void read_deepspeed_config(
+    const Entry* entry, const std::string& path, LaunchConfig& config) {
+  // accelerate's DeepSpeedPlugin defaults to ZeRO stage 2.
+  config.zero_stage = 2;
+  if (entry == nullptr || entry->kind == Entry::Kind::null) {
+    return;
+  }
+  const std::string where =
+      entry->line > 0 ? path + ":" + std::to_string(entry->line) : path;
+  auto fail = [&](const std::string& message) {
+    throw ConfigError(
+        path, entry->line, "deepspeed_config", false, where + ": " + message);
+  };
+  YAML::Node node;
+  try {
+    node = YAML::Load(entry->yaml);
+  } catch (const YAML::Exception& e) {
+    fail(std::string("deepspeed_config is not valid YAML: ") + e.what());
+  }
+  if (!node.IsMap()) {
+    fail("deepspeed_config must be a mapping of DeepSpeed settings.");
+  }
+  auto text = [](const YAML::Node& v) {
+    return v.IsScalar() ? v.Scalar() : std::string("(a collection)");
+  };
+  for (const auto& item : node) {
+    const std::string key = item.first.as<std::string>();
+    const YAML::Node& v = item.second;
+    const std::string value = v.IsNull() ? "" : text(v);
+    const std::string shown = "deepspeed_config." + key + " '" + value + "'";
+    if (!contains(kDeepSpeedKeys, key)) {
+      fail(
+          "unknown key deepspeed_config." + key +
+          ". Known keys: " + ampkit::detail::join(kDeepSpeedKeys, ", ") + ".");
+    }
+    if (key == "zero_stage") {
+      const auto stage = ampkit::detail::parse_int(value, 0, 3);
+      if (!stage) {
+        fail(shown + " is not a ZeRO stage. Valid values: 0, 1, 2.");
+      }
+      if (*stage == 3) {
+        fail(
+            shown +
+            ": ZeRO stage 3 (sharded parameters) is not implemented by "
+            "ampkit. Use zero_stage 2 (sharded optimizer state and "
+            "gradients) or 1 (sharded optimizer state).");
+      }
+      config.zero_stage = *stage;
+    } else if (key == "gradient_accumulation_steps") {
+      const auto steps = ampkit::detail::parse_int(value, 1, INT64_MAX);
+      if (!steps) {
+        fail(shown + " must be an integer >= 1.");
+      }
+      config.gradient_accumulation_steps = *steps;
+    } else if (key == "gradient_clipping") {
+      const double clip = ampkit::detail::parse_double(value).value_or(-1.0);
+      if (!(clip >= 0) || !std::isfinite(clip)) {
+        fail(shown + " must be a number >= 0 (0: no clipping).");
+      }
+      config.gradient_clipping = clip;
+    } else if (
+        key == "offload_optimizer_device" || key == "offload_param_device") {
+      if (!value.empty() && ampkit::detail::lower(value) != "none") {
+        fail(
+            shown +
+            ": offloading to the CPU or NVMe is not implemented by ampkit. "
+            "Valid value: none.");
+      }
+    } else if (key == "zero3_init_flag" || key == "zero3_save_16bit_model") {
+      const std::string b = ampkit::detail::lower(value);
+      if (b == "true" || b == "yes" || b == "on") {
+        fail(
+            shown +
+            ": it applies to ZeRO stage 3, which ampkit does not "
+            "implement. Set it to false.");
+      }
+    } else if (!value.empty() && ampkit::detail::lower(value) != "none") {
+      // A DeepSpeed JSON file, NVMe paths, MoE layers, DeepSpeed's own
+      // multi-node launchers: all DeepSpeed's, none ampkit's.
+      fail(
+          shown +
+          " is a DeepSpeed setting ampkit does not implement. Remove it; "
+          "ampkit reads zero_stage, gradient_accumulation_steps and "
+          "gradient_clipping" +
+          (key == "deepspeed_config_file"
+               ? std::string(" from deepspeed_config itself")
+               : std::string()) +
+          (key == "deepspeed_multinode_launcher" || key == "deepspeed_hostfile"
+               ? std::string(", and ampkit launch starts the machines "
+                             "(--num_machines, --machine_rank)")
+               : std::string()) +
+          ".");
+    }
+  }
+}
+
+}  // namespace ampkit::config::detail
