@@ -35,6 +35,7 @@ struct RunFlags {
   uint64_t seed = 42;
   int64_t checkpointing_steps = 0;     // 0 = no checkpoints
   std::string resume_from_checkpoint;  // a folder, or "latest"
+  int64_t zero_stage = -1;             // -1 = the environment, else 0
 };
 
 inline void add_run_flags(CLI::App& app, RunFlags& f) {
@@ -70,6 +71,11 @@ inline void add_run_flags(CLI::App& app, RunFlags& f) {
       f.output_dir,
       "the run directory: summary.json and the --log-with files");
   app.add_option(flags("seed"), f.seed, "random seed");
+  app.add_option(
+      flags("zero-stage"),
+      f.zero_stage,
+      "ZeRO: 1 shards the optimizer state across processes, 2 also the "
+      "gradients; 0 is DDP (default: the environment, else 0)");
 }
 
 // Sets LibTorch's intra-op threads (0: every core) and returns the count.
@@ -105,6 +111,9 @@ inline ampkit::AcceleratorOptions accelerator_options(const RunFlags& f) {
   }
   if (f.cpu) {
     options.cpu(true);
+  }
+  if (f.zero_stage >= 0) {
+    options.zero_stage(f.zero_stage);
   }
   options.project_dir(project_dir_of(f.output_dir));
   if (!f.log_with.empty()) {

@@ -258,6 +258,9 @@ int run(const Args& args) {
       {"precision", ampkit::to_string(accelerator.mixed_precision())},
       {"num_processes", accelerator.num_processes()},
       {"gradient_accumulation_steps", accumulation},
+      {"zero_stage", accelerator.options().zero_stage},
+      // What this process holds (rank 0's shard under ZeRO).
+      {"optimizer_state_bytes", optimizer.state_bytes()},
       {"train_seconds", train_seconds},
   };
   if (accelerator.is_main_process()) {

@@ -22,6 +22,7 @@
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
 #include "ampkit/optim/scheduler.h"
+#include "ampkit/optim/zero.h"
 #include "ampkit/state_dict.h"
 #include "ampkit/track/progress.h"
 #include "ampkit/track/report.h"

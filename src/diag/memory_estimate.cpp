@@ -16,7 +16,25 @@ constexpr const char* kComponent = "MemoryEstimate";
 }  // namespace
 
 MemoryEstimate estimate_memory(
-    int64_t parameters, const std::string& optimizer, Precision precision) {
+    int64_t parameters,
+    const std::string& optimizer,
+    Precision precision,
+    int64_t zero_stage,
+    int64_t processes) {
+  if (zero_stage < 0 || zero_stage > 2) {
+    throw InvalidArgument(
+        kComponent,
+        "zero_stage must be 0, 1 or 2, got " + std::to_string(zero_stage) +
+            (zero_stage == 3 ? " (stage 3, sharded parameters, is not "
+                               "implemented by ampkit)."
+                             : "."));
+  }
+  if (processes < 1) {
+    throw InvalidArgument(
+        kComponent,
+        "the number of processes must be >= 1, got " +
+            std::to_string(processes) + ".");
+  }
   if (parameters <= 0) {
     throw InvalidArgument(
         kComponent,
@@ -47,6 +65,19 @@ MemoryEstimate estimate_memory(
     e.weights = 2 * n;
     e.master_weights = 4 * n;
     e.gradients = 6 * n;
+  }
+  e.zero_stage = zero_stage;
+  e.processes = processes;
+  const auto share = [processes](int64_t bytes) {
+    return (bytes + processes - 1) / processes;
+  };
+  if (zero_stage >= 1) {
+    e.optimizer_state = share(e.optimizer_state);
+  }
+  if (zero_stage == 2) {
+    // The fp32 gradients are sharded; the half gradients of the GEMMs in
+    // mixed precision live only within backward.
+    e.gradients = share(4 * n) + (e.gradients - 4 * n);
   }
   return e;
 }
@@ -113,6 +144,20 @@ std::string memory_table(
   std::ostringstream out;
   out << "Training memory for " << parameters
       << " parameters (activations and the allocator's overhead excluded)\n";
+  if (!rows.empty() && rows.front().zero_stage > 0) {
+    const auto& r = rows.front();
+    out << "Per process, ZeRO stage " << r.zero_stage << " over " << r.processes
+        << " processes: the optimizer state"
+        << (r.zero_stage == 2 ? " and the fp32 gradients" : "")
+        << " divided by " << r.processes
+        << " (a shard can be up to 5% larger, where a parameter is not "
+           "split); the weights stay whole"
+        << (r.zero_stage == 2
+                ? ", and backward still builds the full local gradients "
+                  "before the reduce-scatter"
+                : "")
+        << "\n";
+  }
   const char* header[] = {
       "precision",
       "weights",

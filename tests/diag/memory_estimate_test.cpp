@@ -54,6 +54,28 @@ TEST(MemoryEstimateTest, BadOptimizerAndAutoAreErrors) {
       ::testing::ThrowsMessage<ampkit::InvalidArgument>(HasSubstr("got auto")));
 }
 
+// ZeRO's arithmetic, per process, as ShardedOptimizer holds it.
+TEST(MemoryEstimateTest, ZeroDividesTheStateAndWithStageTwoTheGradients) {
+  const int64_t n = 1000;
+  const auto ddp = ampkit::estimate_memory(n, "adamw", ampkit::Precision::no);
+  const auto one =
+      ampkit::estimate_memory(n, "adamw", ampkit::Precision::no, 1, 4);
+  EXPECT_EQ(one.optimizer_state, 8 * n / 4);
+  EXPECT_EQ(one.gradients, ddp.gradients);
+  EXPECT_EQ(one.weights, ddp.weights);
+  const auto two =
+      ampkit::estimate_memory(n, "adamw", ampkit::Precision::bf16, 2, 4);
+  EXPECT_EQ(two.optimizer_state, 8 * n / 4);
+  EXPECT_EQ(two.gradients, 4 * n / 4 + 2 * n);  // fp32 shard + half GEMM grads
+  EXPECT_EQ(two.master_weights, 4 * n);
+  const auto table = ampkit::memory_table(n, {two});
+  EXPECT_THAT(table, HasSubstr("Per process, ZeRO stage 2 over 4 processes"));
+  EXPECT_THAT(
+      [] { ampkit::estimate_memory(10, "adamw", ampkit::Precision::no, 3, 2); },
+      ::testing::ThrowsMessage<ampkit::InvalidArgument>(
+          HasSubstr("stage 3, sharded parameters, is not implemented")));
+}
+
 TEST(MemoryEstimateTest, TableHasEveryColumn) {
   const auto t = ampkit::memory_table(
       1000000,

@@ -362,6 +362,17 @@ int main(int argc, char** argv) {
           estimate_precision,
           "no, fp16 or bf16 (default: all three)")
       ->check(CLI::IsMember({"no", "fp16", "bf16"}));
+  int64_t estimate_zero_stage = 0;
+  int64_t estimate_processes = 1;
+  estimate->add_option(
+      flags("zero-stage"),
+      estimate_zero_stage,
+      "0 (DDP: everything on every process), 1 (optimizer state sharded) or "
+      "2 (and the fp32 gradients); figures per process");
+  estimate->add_option(
+      flags("num-processes"),
+      estimate_processes,
+      "processes sharing the state under --zero-stage (default 1)");
 
   ampkit::dist::LaunchOptions launch_options;
   std::string launch_config_file;
@@ -602,7 +613,11 @@ int main(int argc, char** argv) {
       for (const char* p : {"no", "bf16", "fp16"}) {
         if (estimate_precision.empty() || estimate_precision == p) {
           rows.push_back(ampkit::estimate_memory(
-              n, estimate_optimizer, ampkit::parse_precision(p)));
+              n,
+              estimate_optimizer,
+              ampkit::parse_precision(p),
+              estimate_zero_stage,
+              estimate_processes));
         }
       }
       std::cout << ampkit::memory_table(n, rows);

@@ -18,8 +18,18 @@ namespace ampkit {
 ///   as accelerate's estimate-memory counts them;
 /// - optimizer state, always fp32: adamw 8N (exp_avg, exp_avg_sq), sgd 4N
 ///   (the momentum buffer).
+///
+/// With ZeRO (zero_stage 1 or 2 over `processes`), the figures are per
+/// process: the optimizer state is ceil(state / processes), and with stage 2
+/// also the fp32 gradients held after each step's reduce-scatter (ampkit
+/// partitions at parameter boundaries where it can, so a shard may be up to
+/// 5% larger). The weights stay whole on every process, and during backward
+/// each process still builds its full local gradients before the
+/// reduce-scatter.
 struct MemoryEstimate {
   Precision precision = Precision::no;
+  int64_t zero_stage = 0;
+  int64_t processes = 1;
   int64_t weights = 0;
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
@@ -29,9 +39,14 @@ struct MemoryEstimate {
   }
 };
 
-/// "adamw" or "sgd"; anything else is an ampkit::InvalidArgument.
+/// "adamw" or "sgd"; anything else is an ampkit::InvalidArgument, as are
+/// a zero_stage other than 0-2 and fewer than 1 process.
 MemoryEstimate estimate_memory(
-    int64_t parameters, const std::string& optimizer, Precision precision);
+    int64_t parameters,
+    const std::string& optimizer,
+    Precision precision,
+    int64_t zero_stage = 0,
+    int64_t processes = 1);
 
 /// Parses a parameter count: digits with an optional K, M or B suffix (any
 /// case, decimals allowed: "1.5B"). Bad text is an ampkit::InvalidArgument.
