@@ -59,6 +59,8 @@ for (n, s), d in sorted(memory.items()):
     print(f"{n:9d} {s:5d}  {d['state_bytes']/2**20:8.2f} MiB ({rs:.3f})"
           f"  {d['gradient_bytes']/2**20:8.2f} MiB ({rg:.3f})"
           f"  {'-' if s == 0 else ('<= %.3f ok' % bound if within else '> %.3f MISSED' % bound)}")
+print("stage 2's reduce-scatter:", next(d for d in memory.values()
+      if d["processes"] > 1)["reduce_scatter"])
 ddp = statistics.median(time[0])
 for s in (0, 1, 2):
     m = statistics.median(time[s])

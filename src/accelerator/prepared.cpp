@@ -29,6 +29,16 @@ void PreparedOptimizer::step_unhinted() {
     return;
   }
   auto& entry = st.optimizers[index_];
+  if (entry.sharded && !entry.sharded->has_reduced_gradients()) {
+    throw UsageError(
+        kComponent,
+        "optimizer.step() with zero_stage " +
+            std::to_string(entry.sharded->stage()) +
+            " found no gradients reduced into this process's shard since "
+            "the last step. Call accelerator.backward(loss), not "
+            "loss.backward(): under ZeRO the gradients reach the shard "
+            "there.");
+  }
   if (st.options.gradient_clipping > 0) {
     // DeepSpeed's gradient_clipping: this optimizer's gradients to the
     // global norm before it steps.

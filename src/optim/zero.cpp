@@ -228,6 +228,7 @@ ShardedOptimizer::ShardedOptimizer(
 
 void ShardedOptimizer::reduce_gradients() {
   torch::NoGradGuard no_grad;
+  pending_ = true;
   const int64_t begin = boundaries_[rank_];
   const int64_t end = boundaries_[rank_ + 1];
   if (stage_ == 1) {
@@ -275,6 +276,7 @@ void ShardedOptimizer::reduce_gradients() {
 }
 
 void ShardedOptimizer::gather_parameters() {
+  pending_ = false;
   if (world_ == 1) {
     return;
   }

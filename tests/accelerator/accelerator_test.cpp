@@ -66,6 +66,108 @@ void expect_equal(
   }
 }
 
+// ZeRO's partition: the even split moves to a parameter boundary within
+// 2.5% of a shard, else a parameter is split; no shard is over 1/N + 5%.
+TEST(ZeroTest, PartitionKeepsParametersWholeUnlessItMustSplitOne) {
+  using optim::partition_boundaries;
+  EXPECT_EQ(
+      partition_boundaries({100, 100, 100, 100}, 2),
+      (std::vector<int64_t>{0, 200, 400}));
+  // 1000 per shard: the boundary at 1020 is within 25, so it is kept.
+  EXPECT_EQ(
+      partition_boundaries({1020, 980}, 2),
+      (std::vector<int64_t>{0, 1020, 2000}));
+  // fc1.weight (128) holds the even split of 161 at 80: it is split.
+  EXPECT_EQ(
+      partition_boundaries({128, 16, 16, 1}, 2),
+      (std::vector<int64_t>{0, 80, 161}));
+  EXPECT_EQ(partition_boundaries({5}, 1), (std::vector<int64_t>{0, 5}));
+  // Fewer values than shards: some shards are empty, none is negative.
+  EXPECT_EQ(
+      partition_boundaries({1, 1}, 4), (std::vector<int64_t>{0, 0, 1, 1, 2}));
+  torch::manual_seed(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<int64_t> sizes;
+    int64_t total = 0;
+    const int64_t count = torch::randint(1, 40, {1}).item<int64_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      sizes.push_back(torch::randint(1, 5000, {1}).item<int64_t>());
+      total += sizes.back();
+    }
+    for (int64_t n : {2, 3, 4, 8}) {
+      const auto b = partition_boundaries(sizes, n);
+      ASSERT_EQ(b.size(), static_cast<size_t>(n + 1));
+      EXPECT_EQ(b.front(), 0);
+      EXPECT_EQ(b.back(), total);
+      for (int64_t r = 0; r < n; ++r) {
+        EXPECT_LE(b[r], b[r + 1]);
+        EXPECT_LE(b[r + 1] - b[r], total / n * 1.05 + 1)
+            << "shard " << r << " of " << n;
+      }
+    }
+  }
+}
+
+// One process: the shard is everything, and training equals the plain
+// optimizer's (AdamW stepping one flat tensor instead of one per
+// parameter: equal to fp32 rounding). The parameters keep their identity.
+TEST(ZeroTest, OneProcessZeroTrainsLikeThePlainOptimizer) {
+  for (int64_t stage : {1, 2}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    std::vector<std::vector<torch::Tensor>> results;
+    for (int64_t zero : {int64_t{0}, stage}) {
+      Accelerator accelerator(quiet().zero_stage(zero));
+      Net net = make_net(5);
+      const auto first = net->parameters()[0];
+      torch::optim::AdamW adamw(net->parameters(), 1e-2);
+      auto [model, optimizer] = accelerator.prepare(net, adamw);
+      for (int step = 0; step < 30; ++step) {
+        torch::manual_seed(100 + step);
+        auto x = torch::randn({8, 6});
+        accelerator.backward(model(x).square().mean());
+        optimizer.step();
+        optimizer.zero_grad();
+      }
+      EXPECT_TRUE(net->parameters()[0].is_same(first));
+      results.push_back(snapshot(net));
+    }
+    expect_close(results[0], results[1], 1e-6);
+  }
+}
+
+TEST(ZeroTest, StepAfterAPlainBackwardIsRefused) {
+  Accelerator accelerator(quiet().zero_stage(2));
+  Net net = make_net();
+  torch::optim::AdamW adamw(net->parameters(), 1e-2);
+  auto [model, optimizer] = accelerator.prepare(net, adamw);
+  model(torch::randn({4, 6})).sum().backward();
+  AMPKIT_EXPECT_THROWS_WITH(
+      optimizer.step(), UsageError, "Call accelerator.backward(loss), not");
+}
+
+TEST(ZeroTest, OptimizersItCannotFlattenAreRefused) {
+  {
+    Accelerator accelerator(quiet().zero_stage(1));
+    Net net = make_net();
+    torch::optim::AdamW adamw(net->parameters(), 1e-2);
+    auto model = accelerator.prepare(net);
+    net->fc2->to(torch::kDouble);
+    AMPKIT_EXPECT_THROWS_WITH(
+        accelerator.prepare(adamw),
+        InvalidArgument,
+        "they must share one dtype and device");
+  }
+  {
+    Accelerator accelerator(quiet().zero_stage(1));
+    Net net = make_net();
+    torch::optim::AdamW adamw(net->parameters(), 1e-2);
+    net->forward(torch::randn({2, 6})).sum().backward();
+    adamw.step();
+    AMPKIT_EXPECT_THROWS_WITH(
+        accelerator.prepare(adamw), UsageError, "has already stepped");
+  }
+}
+
 TEST(AcceleratorTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
   constexpr int64_t kSteps = 4;
   torch::manual_seed(3);

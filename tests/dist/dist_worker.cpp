@@ -200,7 +200,8 @@ int zero_train(
 
 // save_state at step 5 of 10, train on, load_state and train steps 5-10
 // again: the same weights bit for bit, so the optimizer shards (AdamW's
-// moments) came back exactly.
+// moments) came back exactly; save_model then writes the full weights,
+// which one process loads.
 int zero_resume(const std::string& dir, int64_t stage) {
   ampkit::Accelerator accelerator(base_options().zero_stage(stage));
   torch::manual_seed(1);
@@ -247,6 +248,20 @@ int zero_resume(const std::string& dir, int64_t stage) {
                     ? "has"
                     : "lacks")
             << " optimizer_partitions" << std::endl;
+  // save_model writes the full weights, which one process loads.
+  const std::string model_dir = dir + "/zero_model_" + std::to_string(stage);
+  accelerator.save_model(model, model_dir);
+  if (accelerator.is_main_process()) {
+    Net single;
+    ampkit::checkpoint::load_model(*single, model_dir);
+    const auto loaded = single->parameters();
+    for (size_t i = 0; i < second.size(); ++i) {
+      CHECK_OR_FAIL(
+          loaded[i].equal(second[i]),
+          "save_model's parameter " + std::to_string(i) +
+              " differs from the trained one");
+    }
+  }
   return 0;
 }
 

@@ -80,6 +80,11 @@ class ShardedOptimizer {
   int64_t stage() const {
     return stage_;
   }
+  /// Whether reduce_gradients ran since the last gather_parameters (a step
+  /// without it would use stale shard gradients).
+  bool has_reduced_gradients() const {
+    return pending_;
+  }
   /// The flat offsets where each process's shard begins, and the total.
   const std::vector<int64_t>& boundaries() const {
     return boundaries_;
@@ -109,6 +114,7 @@ class ShardedOptimizer {
   torch::Tensor shard_grad_;  // the gradient of [begin, end)
   // Stage 2: a second backward before zero_grad adds to the shard.
   bool reduced_ = false;
+  bool pending_ = false;  // reduced since the last gather
 };
 
 }  // namespace ampkit::optim
