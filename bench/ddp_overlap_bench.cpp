@@ -12,25 +12,11 @@
 #include <vector>
 
 #include "ampkit/ampkit.h"
+#include "bench_mlp.h"
 
 namespace {
 
-struct MlpImpl : torch::nn::Module {
-  explicit MlpImpl(int64_t width) {
-    for (int i = 0; i < 6; ++i) {
-      layers.push_back(register_module(
-          "fc" + std::to_string(i), torch::nn::Linear(width, width)));
-    }
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (auto& l : layers) {
-      x = torch::relu(l(x));
-    }
-    return x;
-  }
-  std::vector<torch::nn::Linear> layers;
-};
-TORCH_MODULE(Mlp);
+using ampkit::bench::Mlp;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

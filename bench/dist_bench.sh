@@ -9,20 +9,7 @@
 set -euo pipefail
 build="${1:-build}"
 images="${2:-30000}"
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-launch() {  # launch N CMD... : N processes with torchrun's variables
-  local n="$1"; shift
-  local p; p="$(port)"
-  local pids=()
-  for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$p "$@" &
-    pids+=($!)
-  done
-  local rc=0
-  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-  return $rc
-}
+source "$(dirname "$0")/launch.sh"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 

@@ -10,30 +10,17 @@ set -euo pipefail
 build="${1:-build}"
 width="${2:-1024}"
 exe="$build/bench/zero_bench"
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-launch() {  # launch N ARGS... : N processes with torchrun's variables
-  local n="$1"; shift
-  local p; p="$(port)"
-  local pids=()
-  for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$p timeout 600 "$exe" "$@" &
-    pids+=($!)
-  done
-  local rc=0
-  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-  return $rc
-}
+source "$(dirname "$0")/launch.sh"
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 for n in 1 2 4; do
   for stage in 0 1 2; do
-    launch "$n" "$stage" "$width" 3 | sed 's/^/memory /' >>"$out"
+    launch "$n" timeout 600 "$exe" "$stage" "$width" 3 | sed 's/^/memory /' >>"$out"
   done
 done
 for round in 1 2 3; do
   for stage in 0 1 2; do
-    launch 2 "$stage" "$width" 20 | sed 's/^/time /' >>"$out"
+    launch 2 timeout 600 "$exe" "$stage" "$width" 20 | sed 's/^/time /' >>"$out"
   done
 done
 python3 - "$out" <<'PY'

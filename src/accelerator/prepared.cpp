@@ -133,18 +133,7 @@ void PreparedOptimizer::zero_grad(bool set_to_none) {
     return;
   }
   for (auto& group : optimizer_->param_groups()) {
-    for (auto& p : group.params()) {
-      auto& grad = p.mutable_grad();
-      if (!grad.defined()) {
-        continue;
-      }
-      if (set_to_none) {
-        grad = torch::Tensor();
-      } else {
-        grad = grad.detach();
-        grad.zero_();
-      }
-    }
+    optim::clear_gradients(group.params(), set_to_none);
   }
 }
 

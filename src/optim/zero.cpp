@@ -290,9 +290,9 @@ void ShardedOptimizer::gather_parameters() {
   }
 }
 
-void ShardedOptimizer::zero_grad(bool set_to_none) {
+void clear_gradients(std::vector<torch::Tensor>& parameters, bool set_to_none) {
   torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
+  for (auto& p : parameters) {
     auto& grad = p.mutable_grad();
     if (!grad.defined()) {
       continue;
@@ -304,6 +304,11 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
       grad.zero_();
     }
   }
+}
+
+void ShardedOptimizer::zero_grad(bool set_to_none) {
+  clear_gradients(params_, set_to_none);
+  torch::NoGradGuard no_grad;
   shard_grad_.zero_();
   reduced_ = false;
 }

@@ -56,6 +56,26 @@ ampkit::AcceleratorOptions base_options() {
       std::chrono::seconds(20));
 }
 
+// Every process must hold the same weights; rank 0 saves them to `out`.
+int same_weights_saved(
+    ampkit::Accelerator& accelerator, Net& net, const std::string& out) {
+  for (auto& p : net->parameters()) {
+    auto all = accelerator.gather(p.detach().unsqueeze(0));
+    for (int64_t r = 1; r < accelerator.num_processes(); ++r) {
+      CHECK_OR_FAIL(all[r].equal(all[0]), "parameters differ between ranks");
+    }
+  }
+  if (accelerator.is_main_process()) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : net->parameters()) {
+      params.push_back(p.detach().clone());
+    }
+    torch::save(params, out);
+  }
+  accelerator.wait_for_everyone();
+  return 0;
+}
+
 // 20 optimizer steps on a global batch of 16, split evenly over the
 // processes; rank 0 saves the final parameters to `out`.
 int train(
@@ -90,22 +110,7 @@ int train(
       optimizer.zero_grad();
     }
   }
-  // Every process must hold the same weights.
-  for (auto& p : net->parameters()) {
-    auto all = accelerator.gather(p.detach().unsqueeze(0));
-    for (int64_t r = 1; r < w; ++r) {
-      CHECK_OR_FAIL(all[r].equal(all[0]), "parameters differ between ranks");
-    }
-  }
-  if (accelerator.is_main_process()) {
-    std::vector<torch::Tensor> params;
-    for (auto& p : net->parameters()) {
-      params.push_back(p.detach().clone());
-    }
-    torch::save(params, out);
-  }
-  accelerator.wait_for_everyone();
-  return 0;
+  return same_weights_saved(accelerator, net, out);
 }
 
 // ZeRO against DDP: 100 AdamW steps (optimizer state matters) of `stage`
@@ -181,21 +186,7 @@ int zero_train(
       skipped == (inject ? 1 : 0),
       "skipped " + std::to_string(skipped) + " steps, expected " +
           (inject ? "1 (the injected inf)" : "0"));
-  for (auto& p : net->parameters()) {
-    auto all = accelerator.gather(p.detach().unsqueeze(0));
-    for (int64_t r = 1; r < w; ++r) {
-      CHECK_OR_FAIL(all[r].equal(all[0]), "parameters differ between ranks");
-    }
-  }
-  if (accelerator.is_main_process()) {
-    std::vector<torch::Tensor> params;
-    for (auto& p : net->parameters()) {
-      params.push_back(p.detach().clone());
-    }
-    torch::save(params, out);
-  }
-  accelerator.wait_for_everyone();
-  return 0;
+  return same_weights_saved(accelerator, net, out);
 }
 
 // save_state at step 5 of 10, train on, load_state and train steps 5-10

@@ -29,6 +29,11 @@ std::vector<int64_t> partition_boundaries(
 /// UsageError naming the type for others.
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
+/// optimizer.zero_grad() for `parameters`: each defined gradient becomes
+/// undefined with set_to_none, else is zeroed in place (detached first), in
+/// every LibTorch version.
+void clear_gradients(std::vector<torch::Tensor>& parameters, bool set_to_none);
+
 /// Bytes of the distinct storages behind these parameters' gradients (a
 /// DDP bucket that holds several gradients counts once).
 int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
