@@ -2,6 +2,7 @@
 // mixed precision, gradient accumulation and gradient clipping.
 #include "ampkit/accelerator/accelerator.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -13,6 +14,7 @@
 #include <sstream>
 
 #include "accelerator/state.h"
+#include "ampkit/dist/env.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"
@@ -90,7 +92,19 @@ std::string AcceleratorState::non_finite_gradients() const {
   std::vector<std::pair<std::string, torch::Tensor>> grads;
   grads.reserve(named_parameters.size());
   for (const auto& [name, param] : named_parameters) {
-    grads.emplace_back(name, param.grad());
+    torch::Tensor grad = param.grad();
+    // ZeRO stage 2 freed it after the reduce: this process's part of the
+    // reduced gradient is in its shard.
+    for (size_t i = 0; !grad.defined() && i < optimizers.size(); ++i) {
+      if (const auto& sharded = optimizers[i].sharded) {
+        std::vector<bool> managed;
+        const auto parts = sharded->shard_gradients({param}, managed);
+        if (!parts.empty()) {
+          grad = parts.front();
+        }
+      }
+    }
+    grads.emplace_back(name, grad);
   }
   return describe_non_finite(find_non_finite(grads));
 }
@@ -147,7 +161,7 @@ bool is_distributed(const AcceleratorState& state) {
 
 void before_forward(AcceleratorState& state, const torch::nn::Module& module) {
   if (auto* sync = state.synchronizer_for(&module)) {
-    sync->before_forward(state.sync_gradients);
+    sync->before_forward(state.synchronising());
   }
 }
 
@@ -156,7 +170,7 @@ void after_forward(
     const torch::nn::Module& module,
     const std::vector<torch::Tensor>& outputs) {
   if (auto* sync = state.synchronizer_for(&module)) {
-    sync->after_forward(outputs, state.sync_gradients);
+    sync->after_forward(outputs, state.synchronising());
   }
 }
 
@@ -435,14 +449,20 @@ PreparedScheduler Accelerator::prepare_scheduler(
 }
 
 void Accelerator::backward(const torch::Tensor& loss) {
+  backward(loss, /*retain_graph=*/false, /*create_graph=*/false);
+}
+
+void Accelerator::backward(
+    const torch::Tensor& loss, bool retain_graph, bool create_graph) {
   try {
-    backward_unhinted(loss);
+    backward_unhinted(loss, retain_graph, create_graph);
   } catch (...) {
     diag::rethrow_with_hint();
   }
 }
 
-void Accelerator::backward_unhinted(const torch::Tensor& loss) {
+void Accelerator::backward_unhinted(
+    const torch::Tensor& loss, bool retain_graph, bool create_graph) {
   auto& st = *state_;
   const int64_t steps = st.options.gradient_accumulation_steps;
   if (steps > 1 && !st.in_accumulate) {
@@ -491,11 +511,13 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
   }
-  st.collective("backward (gradient all-reduce)", [&] { scaled.backward(); });
+  st.collective("backward (gradient all-reduce)", [&] {
+    scaled.backward({}, retain_graph, create_graph);
+  });
   for (auto& sync : st.synchronizers) {
     sync->after_backward();
   }
-  if (st.sync_gradients) {
+  if (st.synchronising()) {
     for (auto& entry : st.optimizers) {
       if (entry.sharded) {
         st.collective("ZeRO gradient reduce-scatter", [&] {
@@ -506,18 +528,49 @@ void Accelerator::backward_unhinted(const torch::Tensor& loss) {
   }
 }
 
-AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
-  bool known = false;
+void Accelerator::check_prepared(const PreparedModelBase& model) const {
   for (const auto& m : state_->models) {
-    known = known || m == model.module_ptr();
+    if (m == model.module_ptr()) {
+      return;
+    }
   }
-  if (!known) {
-    throw UsageError(
-        kComponent,
-        "accumulate() got a model this Accelerator did not prepare. Pass the "
-        "PreparedModel returned by accelerator.prepare(model).");
-  }
+  throw UsageError(
+      kComponent,
+      "got a model this Accelerator did not prepare. Pass the PreparedModel "
+      "returned by accelerator.prepare(model).");
+}
+
+AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
+  check_prepared(model);
   return AccumulateScope(state_);
+}
+
+Accelerator::NoSyncScope Accelerator::no_sync(const PreparedModelBase& model) {
+  check_prepared(model);
+  return NoSyncScope(state_);
+}
+
+Accelerator::NoSyncScope::NoSyncScope(
+    std::shared_ptr<detail::AcceleratorState> state)
+    : state_(std::move(state)) {
+  ++state_->no_sync_depth;
+}
+
+Accelerator::NoSyncScope::~NoSyncScope() {
+  --state_->no_sync_depth;
+}
+
+void set_seed(uint64_t seed, bool device_specific, bool deterministic) {
+  uint64_t value = seed;
+  if (device_specific) {
+    value +=
+        static_cast<uint64_t>(dist::detect_env(process_environment()).rank);
+  }
+  set_seed(value);
+  if (deterministic) {
+    at::globalContext().setDeterministicAlgorithms(true, false);
+    at::globalContext().setDeterministicCuDNN(true);
+  }
 }
 
 bool Accelerator::sync_gradients() const {

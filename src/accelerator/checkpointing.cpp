@@ -189,6 +189,45 @@ std::string checkpoints_dir(const detail::AcceleratorState& st) {
 
 }  // namespace
 
+size_t Accelerator::register_save_state_pre_hook(StateHook hook) {
+  auto& st = *state_;
+  st.state_hooks.push_back({st.next_hook_handle, true, std::move(hook)});
+  return st.next_hook_handle++;
+}
+
+size_t Accelerator::register_load_state_pre_hook(StateHook hook) {
+  auto& st = *state_;
+  st.state_hooks.push_back({st.next_hook_handle, false, std::move(hook)});
+  return st.next_hook_handle++;
+}
+
+void Accelerator::remove_state_hook(size_t handle) {
+  auto& hooks = state_->state_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it) {
+    if (it->handle == handle) {
+      hooks.erase(it);
+      return;
+    }
+  }
+  throw InvalidArgument(
+      kComponent,
+      "remove_state_hook got handle " + std::to_string(handle) +
+          ", which no registered hook has (removed already?). Pass what "
+          "register_save_state_pre_hook or register_load_state_pre_hook "
+          "returned.");
+}
+
+namespace detail {
+void AcceleratorState::run_state_hooks(
+    bool save, const std::string& dir) const {
+  for (const auto& entry : state_hooks) {
+    if (entry.save == save) {
+      entry.hook(models, dir);
+    }
+  }
+}
+}  // namespace detail
+
 void Accelerator::register_checkpoint_object(
     std::function<StateDict()> save,
     std::function<void(const StateDict&)> load) {
@@ -230,6 +269,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     writer.emplace(target);
   }
   wait_for_everyone();  // the partial folder exists
+  st.run_state_hooks(/*save=*/true, ck::partial_dir(target));
   const std::string rng = encode_rng(get_rng_state());
   if (main) {
     writer->write(rng_file(0), rng);
@@ -343,6 +383,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     }
     target = *latest;
   }
+  st.run_state_hooks(/*save=*/false, target);
   // Each file is read once, its size and CRC checked against the manifest
   // as it is read, and all of them before anything is changed.
   const ck::Manifest m = ck::read_manifest(target);

@@ -20,6 +20,10 @@ bool Accelerator::is_main_process() const {
   return state_->process_index == 0;
 }
 
+bool Accelerator::is_last_process() const {
+  return state_->process_index == state_->num_processes - 1;
+}
+
 bool Accelerator::is_local_main_process() const {
   return state_->local_process_index == 0;
 }

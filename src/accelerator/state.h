@@ -54,6 +54,12 @@ struct AcceleratorState {
   bool sync_gradients = true;
   bool end_of_dataloader = false;
   bool in_accumulate = false;
+  int64_t no_sync_depth = 0;  // open no_sync() scopes
+  /// Whether this backward synchronises gradients: a synchronising
+  /// micro-step outside no_sync().
+  bool synchronising() const {
+    return sync_gradients && no_sync_depth == 0;
+  }
   int64_t micro_step = 0;
 
   // Some optimizer stepped through the scaler and update() is still due.
@@ -104,6 +110,17 @@ struct AcceleratorState {
     std::function<void(const StateDict&)> load;
   };
   std::vector<Registered> registered;
+  struct StateHookEntry {
+    size_t handle;
+    bool save;  // save_state (else load_state)
+    std::function<void(
+        const std::vector<std::shared_ptr<torch::nn::Module>>&,
+        const std::string&)>
+        hook;
+  };
+  std::vector<StateHookEntry> state_hooks;
+  size_t next_hook_handle = 0;
+  void run_state_hooks(bool save, const std::string& dir) const;
   int64_t checkpoint_iteration = -1;  // next checkpoint_N; -1: not scanned
   dist::GradientSynchronizer* synchronizer_for(const torch::nn::Module* m);
   /// Runs `body`; a failure of a collective inside names the failed rank.

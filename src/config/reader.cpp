@@ -397,7 +397,29 @@ LaunchConfig load_config(const std::string& path) {
   const std::vector<Entry> entries = looks_like_json(path, text)
                                          ? parse_json(path, text)
                                          : parse_yaml(path, text);
-  return Reader(path).read(entries);
+  LaunchConfig config = Reader(path).read(entries);
+  const std::string ours = ampkit_settings_path(path);
+  std::error_code ec;
+  if (fs::exists(ours, ec) && config.mixed_precision == Precision::no) {
+    // Written by save_config for auto; a config changed since (by
+    // accelerate config) to another precision wins.
+    for (const Entry& entry : parse_yaml(ours, read_file(ours))) {
+      if (entry.key != "mixed_precision" || lower(entry.text) != "auto") {
+        throw ConfigError(
+            ours,
+            entry.line,
+            entry.key,
+            entry.key != "mixed_precision",
+            ours + ":" + std::to_string(entry.line) +
+                ": ampkit's settings file holds only mixed_precision: auto, "
+                "got key '" +
+                entry.key + "' '" + entry.text +
+                "'. Remove the file, or rewrite it with `ampkit config`.");
+      }
+      config.mixed_precision = Precision::automatic;
+    }
+  }
+  return config;
 }
 
 ConfigValues to_config_values(

@@ -56,42 +56,9 @@ std::string yaml_entry(const std::string& key, const std::string& value) {
   return key + ": " + value + "\n";
 }
 
-}  // namespace
-
-void save_config(const LaunchConfig& config, const std::string& path) {
-  std::map<std::string, std::string> values(
-      config.passthrough.begin(), config.passthrough.end());
-  values["compute_environment"] = yaml_string(config.compute_environment);
-  values["debug"] = config.debug ? "true" : "false";
-  values["distributed_type"] = yaml_string(config.distributed_type);
-  values["gpu_ids"] = yaml_string(config.gpu_ids);
-  values["gradient_accumulation_steps"] =
-      std::to_string(config.gradient_accumulation_steps);
-  values["machine_rank"] = std::to_string(config.machine_rank);
-  values["main_training_function"] = yaml_string(config.main_training_function);
-  values["mixed_precision"] = yaml_string(
-      config.mixed_precision == Precision::automatic
-          ? std::string("auto")
-          : to_string(config.mixed_precision));
-  values["num_machines"] = std::to_string(config.num_machines);
-  values["num_processes"] = std::to_string(config.num_processes);
-  values["rdzv_backend"] = yaml_string(config.rdzv_backend);
-  values["same_network"] = config.same_network ? "true" : "false";
-  values["use_cpu"] = config.use_cpu ? "true" : "false";
-  if (!config.main_process_ip.empty()) {
-    values["main_process_ip"] = yaml_string(config.main_process_ip);
-  }
-  if (config.main_process_port != 0) {
-    values["main_process_port"] = std::to_string(config.main_process_port);
-  }
-  if (!config.log_with.empty()) {
-    values["log_with"] = yaml_string(config.log_with);
-  }
-  std::string text;
-  for (const auto& [key, value] : values) {
-    text += yaml_entry(key, value);
-  }
-
+// Writes `text` to `path` atomically (a temporary file renamed over it),
+// creating missing parent directories.
+void write_atomically(const std::string& path, const std::string& text) {
   const fs::path target(path);
   std::error_code ec;
   if (target.has_parent_path()) {
@@ -119,6 +86,64 @@ void save_config(const LaunchConfig& config, const std::string& path) {
         kComponent,
         path + ": cannot be written (" + reason +
             "). Check that its directory is writable.");
+  }
+}
+
+}  // namespace
+
+std::string ampkit_settings_path(const std::string& path) {
+  const fs::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".ampkit.yaml")).string();
+}
+
+void save_config(const LaunchConfig& config, const std::string& path) {
+  // accelerate refuses values it does not know, such as mixed_precision
+  // auto: the file it may read says 'no', and ampkit's own file beside it
+  // keeps auto.
+  const bool automatic = config.mixed_precision == Precision::automatic;
+  std::map<std::string, std::string> values(
+      config.passthrough.begin(), config.passthrough.end());
+  values["compute_environment"] = yaml_string(config.compute_environment);
+  values["debug"] = config.debug ? "true" : "false";
+  values["distributed_type"] = yaml_string(config.distributed_type);
+  values["gpu_ids"] = yaml_string(config.gpu_ids);
+  values["gradient_accumulation_steps"] =
+      std::to_string(config.gradient_accumulation_steps);
+  values["machine_rank"] = std::to_string(config.machine_rank);
+  values["main_training_function"] = yaml_string(config.main_training_function);
+  values["mixed_precision"] = yaml_string(
+      automatic ? std::string("no") : to_string(config.mixed_precision));
+  values["num_machines"] = std::to_string(config.num_machines);
+  values["num_processes"] = std::to_string(config.num_processes);
+  values["rdzv_backend"] = yaml_string(config.rdzv_backend);
+  values["same_network"] = config.same_network ? "true" : "false";
+  values["use_cpu"] = config.use_cpu ? "true" : "false";
+  if (!config.main_process_ip.empty()) {
+    values["main_process_ip"] = yaml_string(config.main_process_ip);
+  }
+  if (config.main_process_port != 0) {
+    values["main_process_port"] = std::to_string(config.main_process_port);
+  }
+  if (!config.log_with.empty()) {
+    values["log_with"] = yaml_string(config.log_with);
+  }
+  std::string text;
+  for (const auto& [key, value] : values) {
+    text += yaml_entry(key, value);
+  }
+  write_atomically(path, text);
+  const std::string ours = ampkit_settings_path(path);
+  std::error_code ec;
+  if (automatic) {
+    write_atomically(
+        ours,
+        "# ampkit's settings that accelerate's config format cannot hold;\n"
+        "# they apply while " +
+            fs::path(path).filename().string() +
+            " still says mixed_precision: 'no'.\n"
+            "mixed_precision: auto\n");
+  } else if (fs::exists(ours, ec)) {
+    fs::remove(ours, ec);
   }
 }
 

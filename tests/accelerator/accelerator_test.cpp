@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 
 #include "accelerator/state.h"
@@ -135,6 +136,27 @@ TEST(ZeroTest, OneProcessZeroTrainsLikeThePlainOptimizer) {
   }
 }
 
+// Stage 2 frees the parameters' gradients after the reduce: detect_anomaly
+// looks in the shard instead, and still names the parameter.
+TEST(ZeroTest, DetectAnomalyFindsNonFiniteGradientsInTheShard) {
+  Accelerator accelerator(quiet().zero_stage(2).detect_anomaly(true));
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto hook = net->fc2->bias.register_hook([](torch::Tensor g) {
+    g = g.clone();
+    g[1] = INFINITY;
+    return g;
+  });
+  accelerator.backward(model(torch::randn({2, 6})).pow(2).sum());
+  EXPECT_FALSE(net->fc2->bias.grad().defined());
+  AMPKIT_EXPECT_THROWS_WITH(
+      optimizer.step(),
+      TrainingDiverged,
+      "non-finite gradients at step 1 in fc2.bias (1 inf of 3 values)");
+  net->fc2->bias.remove_hook(hook);
+}
+
 TEST(ZeroTest, StepAfterAPlainBackwardIsRefused) {
   Accelerator accelerator(quiet().zero_stage(2));
   Net net = make_net();
@@ -166,6 +188,97 @@ TEST(ZeroTest, OptimizersItCannotFlattenAreRefused) {
     AMPKIT_EXPECT_THROWS_WITH(
         accelerator.prepare(adamw), UsageError, "has already stepped");
   }
+}
+
+// accelerate's backward(loss, **kwargs): retain_graph keeps the graph for a
+// second backward, create_graph builds one through the gradients.
+TEST(AcceleratorTest, BackwardPassesRetainGraphAndCreateGraph) {
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  auto model = accelerator.prepare(net);
+  auto loss = model(torch::randn({4, 6})).square().mean();
+  accelerator.backward(loss, /*retain_graph=*/true);
+  const auto once = net->fc1->weight.grad().clone();
+  accelerator.backward(loss);
+  EXPECT_TRUE(torch::allclose(net->fc1->weight.grad(), 2 * once));
+  EXPECT_THROW(accelerator.backward(loss), std::exception);  // graph freed
+  net->zero_grad();
+  auto again = model(torch::randn({4, 6})).square().mean();
+  accelerator.backward(again, /*retain_graph=*/false, /*create_graph=*/true);
+  EXPECT_TRUE(net->fc1->weight.grad().requires_grad());
+}
+
+// accelerate's accumulate(*models), unwrap_model and the process helpers.
+TEST(AcceleratorTest, AccumulateTakesSeveralModelsAndUnwrapGivesThemBack) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(2));
+  Net generator = make_net(1);
+  Net discriminator = make_net(2);
+  auto [g, d] = accelerator.prepare(generator, discriminator);
+  {
+    auto scope = accelerator.accumulate(g, d);
+    EXPECT_FALSE(accelerator.sync_gradients());
+  }
+  {
+    auto scope = accelerator.accumulate(g, d);
+    EXPECT_TRUE(accelerator.sync_gradients());
+  }
+  Accelerator other(quiet());
+  Net stranger = make_net(3);
+  auto s = other.prepare(stranger);
+  AMPKIT_EXPECT_THROWS_WITH(
+      (void)accelerator.accumulate(g, s),
+      UsageError,
+      "a model this Accelerator did not prepare");
+  EXPECT_EQ(accelerator.unwrap_model(g).ptr(), generator.ptr());
+  EXPECT_TRUE(accelerator.is_last_process());
+  int ran = 0;
+  EXPECT_TRUE(accelerator.on_main_process([&] { ++ran; }));
+  EXPECT_TRUE(accelerator.on_local_main_process([&] { ++ran; }));
+  EXPECT_TRUE(accelerator.on_last_process([&] { ++ran; }));
+  EXPECT_FALSE(accelerator.on_process(1, [&] { ++ran; }));
+  EXPECT_EQ(ran, 3);
+}
+
+TEST(AcceleratorTest, SetSeedDeviceSpecificAddsTheRankAndCanBeDeterministic) {
+  set_seed(11, /*device_specific=*/true, /*deterministic=*/true);
+  const auto first = torch::rand({3});
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  set_seed(11);  // one process: rank 0
+  EXPECT_TRUE(torch::rand({3}).equal(first));
+}
+
+// accelerate's save/load state pre-hooks: a hook keeps its own file in the
+// checkpoint, and reads it back from the folder load_state is given.
+class StateHookTest : public testing_util::TempDirTest {};
+
+TEST_F(StateHookTest, HooksRunBeforeSaveAndLoadWithTheModelsAndFolder) {
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  auto model = accelerator.prepare(net);
+  size_t models_seen = 0;
+  const size_t save = accelerator.register_save_state_pre_hook(
+      [&](const std::vector<std::shared_ptr<torch::nn::Module>>& models,
+          const std::string& dir) {
+        models_seen = models.size();
+        std::ofstream(dir + "/extra.txt") << "kept";
+      });
+  std::string loaded_from;
+  accelerator.register_load_state_pre_hook(
+      [&](const std::vector<std::shared_ptr<torch::nn::Module>>&,
+          const std::string& dir) {
+        std::ifstream in(dir + "/extra.txt");
+        std::getline(in, loaded_from);
+      });
+  const std::string dir = accelerator.save_state((dir_ / "ckpt").string());
+  EXPECT_EQ(models_seen, 1u);
+  accelerator.load_state(dir);
+  EXPECT_EQ(loaded_from, "kept");
+  accelerator.remove_state_hook(save);
+  AMPKIT_EXPECT_THROWS_WITH(
+      accelerator.remove_state_hook(save),
+      InvalidArgument,
+      "which no registered hook has");
 }
 
 TEST(AcceleratorTest, AccumulatedMicroBatchesEqualOneLargeBatch) {

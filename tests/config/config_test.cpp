@@ -237,6 +237,38 @@ TEST_F(ConfigFileTest, DistributedTypeOfAccelerateOnlyIsRefusedByName) {
       "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU, DEEPSPEED.");
 }
 
+// accelerate refuses mixed_precision auto: the file it may read says 'no',
+// ampkit's own file beside it says auto, and ampkit reads auto back until
+// the config is changed to another precision.
+TEST_F(ConfigFileTest, AutoPrecisionStaysOutOfTheFileAccelerateReads) {
+  LaunchConfig config;
+  config.mixed_precision = Precision::automatic;
+  const std::string path = (dir_ / "default_config.yaml").string();
+  save_config(config, path);
+  std::ifstream in(path);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  EXPECT_THAT(text, HasSubstr("mixed_precision: 'no'\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("auto")));
+  const std::string ours = (dir_ / "default_config.ampkit.yaml").string();
+  EXPECT_EQ(ampkit_settings_path(path), ours);
+  EXPECT_TRUE(std::filesystem::exists(ours));
+  EXPECT_EQ(load_config(path).mixed_precision, Precision::automatic);
+  // `accelerate config` changed it to bf16: that wins.
+  write("default_config.yaml", "mixed_precision: bf16\n");
+  EXPECT_EQ(load_config(path).mixed_precision, Precision::bf16);
+  // Saving another precision removes ampkit's file.
+  config.mixed_precision = Precision::fp16;
+  save_config(config, path);
+  EXPECT_FALSE(std::filesystem::exists(ours));
+  EXPECT_EQ(load_config(path).mixed_precision, Precision::fp16);
+  write("default_config.ampkit.yaml", "num_processes: 4\n");
+  write("default_config.yaml", "mixed_precision: 'no'\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(path),
+      InvalidArgument,
+      "ampkit's settings file holds only mixed_precision: auto");
+}
+
 // An accelerate DeepSpeed config as `accelerate config` writes it runs on
 // ampkit's ZeRO; what ampkit does not implement is refused by name.
 TEST_F(ConfigFileTest, DeepSpeedConfigRunsOnZeroAndRefusesWhatItLacks) {

@@ -321,6 +321,10 @@ TEST_F(DistTest, MicroStepsKeepLocalGradientsAndTheSyncStepAveragesThem) {
   expect_all_ok(run(2, {"micro_steps"}));
 }
 
+TEST_F(DistTest, NoSyncKeepsLocalGradientsUntilTheNextSynchronisingBackward) {
+  expect_all_ok(run(2, {"no_sync"}));
+}
+
 TEST_F(DistTest, SchedulerStepsOncePerProcessOrOnceWithSplitBatches) {
   expect_all_ok(run(2, {"scheduler_steps"}));
 }

@@ -323,6 +323,47 @@ int micro_steps() {
   return 0;
 }
 
+// accelerate's no_sync(model): a backward inside keeps local gradients
+// (accumulate() said this step synchronises); the next backward outside
+// averages the sum. set_seed(device_specific) gives each process its own
+// stream.
+int no_sync() {
+  ampkit::Accelerator accelerator(base_options());
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), 0.01);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  const int64_t r = accelerator.process_index();
+  auto [x, y] = global_batch(0, 8);
+  x = x.narrow(0, r * 4, 4);
+  y = y.narrow(0, r * 4, 4);
+  {
+    auto scope = accelerator.no_sync(model);
+    accelerator.backward(torch::mse_loss(model(x), y));
+  }
+  const auto local = net->fc1->weight.grad().clone();
+  auto g = accelerator.gather(local.unsqueeze(0));
+  CHECK_OR_FAIL(
+      accelerator.sync_gradients() && !g[0].equal(g[1]),
+      "a backward inside no_sync all-reduced the gradients");
+  accelerator.backward(torch::mse_loss(model(x), y));
+  g = accelerator.gather(net->fc1->weight.grad().unsqueeze(0));
+  const auto locals = accelerator.gather(local.unsqueeze(0));
+  // Both backwards added the same local gradient; the sum is averaged.
+  CHECK_OR_FAIL(
+      g[0].equal(g[1]) && torch::allclose(g[0], locals[0] + locals[1]),
+      "the backward after no_sync did not average the accumulated sum");
+  ampkit::set_seed(7, /*device_specific=*/true);
+  const auto mine = torch::rand({4});
+  ampkit::set_seed(7 + r);
+  CHECK_OR_FAIL(
+      torch::rand({4}).equal(mine),
+      "set_seed(device_specific) is not seed + rank");
+  const auto draws = accelerator.gather(mine.unsqueeze(0));
+  CHECK_OR_FAIL(
+      !draws[0].equal(draws[1]), "device_specific seeds drew the same numbers");
+  return 0;
+}
+
 // accelerate's AcceleratedScheduler: a prepared scheduler advances
 // num_processes times per optimizer step, once with split_batches (each step
 // then consumed one global batch, not num_processes).
@@ -640,6 +681,9 @@ int main(int argc, char** argv) {
     if (scenario == "metrics") {
       return metrics();
     }
+    if (scenario == "no_sync") {
+      return no_sync();
+    }
     if (scenario == "micro_steps") {
       return micro_steps();
     }
@@ -674,7 +718,8 @@ int main(int argc, char** argv) {
       << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
          "zero OUT STAGE ACCUMULATION PRECISION CLIP inject|no | "
          "zero_resume DIR STAGE | "
-         "metrics | micro_steps | unused | unused_allowed | rank_hangs | "
+         "metrics | micro_steps | no_sync | unused | unused_allowed | "
+         "rank_hangs | "
          "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;
 }

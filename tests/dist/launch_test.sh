@@ -9,6 +9,7 @@ fail() { echo "launch_test: $*" >&2; exit 1; }
 cat > "$dir/w.sh" <<'W'
 #!/usr/bin/env bash
 echo "env RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MP=${AMPKIT_MIXED_PRECISION:-} OMP=${OMP_NUM_THREADS:-}"
+echo "more CVD=${CUDA_VISIBLE_DEVICES:-} ZS=${AMPKIT_ZERO_STAGE:-} GC=${AMPKIT_GRADIENT_CLIPPING:-}"
 case "${1:-}" in
   fail7) if [ "$RANK" = 1 ]; then echo "rank one gives up"; exit 7; fi; sleep 61.5 ;;
   sleep) sleep 61.5 ;;
@@ -103,4 +104,30 @@ done
 wait %1 || fail "machine 0: $(cat "$dir/m0.log")"
 wait %2 || fail "machine 1: $(cat "$dir/m1.log")"
 grep -q "\[rank 0\] metrics ok" "$dir/m0.log" || fail "group of 4: $(cat "$dir/m0.log")"
+# 8. An accelerate DeepSpeed config: its ZeRO stage and clipping reach the
+#    workers, and its gpu_ids become CUDA_VISIBLE_DEVICES, as accelerate
+#    launch does; --multi_gpu without a process count and without a GPU
+#    says so instead of starting one process.
+cat > "$dir/ds.yaml" <<'Y'
+distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 1
+  gradient_clipping: 0.5
+gpu_ids: 0,1
+num_processes: 2
+use_cpu: true
+Y
+out="$("$ampkit" launch --config_file "$dir/ds.yaml" "$dir/w.sh" 2>&1)" || fail "DeepSpeed config: $out"
+grep -q "^\[rank 1\] more CVD=0,1 ZS=1 GC=0.5$" <<<"$out" || fail "DeepSpeed config's settings: $out"
+out="$("$ampkit" launch --config_file "$dir/ds.yaml" --zero_stage 2 "$dir/w.sh" 2>&1)" || fail "--zero_stage: $out"
+grep -q "^\[rank 0\] more CVD=0,1 ZS=2 GC=0.5$" <<<"$out" || fail "--zero_stage over the config: $out"
+set +e
+out="$(env -u CUDA_VISIBLE_DEVICES "$ampkit" launch --multi_gpu "$dir/w.sh" 2>&1)"; rc=$?
+set -e
+if [ "$rc" -ne 0 ]; then  # no GPU here
+  grep -q "multi_gpu starts one process per GPU, but this machine has no CUDA device" <<<"$out" ||
+    fail "--multi_gpu without a GPU: rc $rc: $out"
+else  # one process per GPU
+  grep -q "^\[rank 0\] env .* WORLD_SIZE=$(nvidia-smi -L | wc -l) " <<<"$out" || fail "--multi_gpu: $out"
+fi
 echo "launch_test: ok"

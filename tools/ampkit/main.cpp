@@ -530,13 +530,14 @@ int main(int argc, char** argv) {
       launch_options.command = launch->remaining();
       launch_options.monitor_interval = std::chrono::milliseconds(
           static_cast<int64_t>(std::max(0.01, monitor_interval) * 1000));
-      if (auto* ids = given["gpu_ids"]; ids->count() > 0) {
-        ::setenv("CUDA_VISIBLE_DEVICES", ids->as<std::string>().c_str(), 1);
-      }
       // Precedence: flag > config file > default.
+      std::string gpu_ids = given["gpu_ids"]->count() > 0
+                                ? given["gpu_ids"]->as<std::string>()
+                                : std::string("all");
       const std::string path = launch_config_file.empty()
                                    ? ampkit::config::config_path_to_read()
                                    : launch_config_file;
+      const bool has_config = std::filesystem::exists(path);
       std::vector<std::string> defaults;
       if (std::filesystem::exists(path)) {
         const auto c = ampkit::config::load_config(path);
@@ -568,6 +569,7 @@ int main(int argc, char** argv) {
             launch_options.gradient_accumulation_steps,
             c.gradient_accumulation_steps);
         from("debug", launch_options.debug, c.debug);
+        from("gpu_ids", gpu_ids, c.gpu_ids);
         if (c.distributed_type == "DEEPSPEED") {
           from("zero_stage", launch_options.zero_stage, c.zero_stage);
           from(
@@ -587,6 +589,35 @@ int main(int argc, char** argv) {
         }
       }
       launch_options.mixed_precision = launch_precision;
+      // accelerate launch: the workers see only gpu_ids' GPUs, and
+      // --multi_gpu without a process count starts one per GPU.
+      int64_t visible_gpus = -1;
+      if (gpu_ids != "all") {
+        ::setenv("CUDA_VISIBLE_DEVICES", gpu_ids.c_str(), 1);
+        visible_gpus = 1 + static_cast<int64_t>(
+                               std::count(gpu_ids.begin(), gpu_ids.end(), ','));
+      }
+      if (given["multi_gpu"]->count() > 0 &&
+          given["num_processes"]->count() == 0 && !has_config) {
+        if (visible_gpus < 0) {
+          visible_gpus = static_cast<int64_t>(
+              ampkit::Capabilities::current().cuda_devices.size());
+        }
+        if (visible_gpus < 1) {
+          throw ampkit::UsageError(
+              "Launch",
+              "--multi_gpu starts one process per GPU, but this machine has "
+              "no CUDA device LibTorch can use. Pass --num_processes N (and "
+              "--cpu to train on the CPU).");
+        }
+        launch_options.num_processes = visible_gpus;
+        defaults.erase(
+            std::remove(
+                defaults.begin(),
+                defaults.end(),
+                std::string("num_processes=1")),
+            defaults.end());
+      }
       if (given["use_deepspeed"]->count() > 0 &&
           launch_options.zero_stage < 0) {
         launch_options.zero_stage = 2;  // accelerate's DeepSpeed default

@@ -24,6 +24,7 @@
 #include "ampkit/dist/process_group.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/track/tracker.h"
+#include "ampkit/utils/random.h"
 
 namespace ampkit {
 
@@ -136,8 +137,46 @@ class Accelerator {
   /// the GradScaler when loss scaling is on. With accumulation, call it
   /// inside accumulate().
   void backward(const torch::Tensor& loss);
+  /// The same with LibTorch's retain_graph and create_graph (accelerate's
+  /// backward(loss, **kwargs)): keep the graph for a second backward, or
+  /// build one for higher-order gradients.
+  void backward(
+      const torch::Tensor& loss, bool retain_graph, bool create_graph = false);
   /// Opens one micro-step; see AccumulateScope.
   AccumulateScope accumulate(const PreparedModelBase& model);
+  /// accelerate's accumulate(*models): one micro-step for several prepared
+  /// models trained together (a GAN's generator and discriminator).
+  template <typename... Rest>
+  AccumulateScope accumulate(
+      const PreparedModelBase& first,
+      const PreparedModelBase& second,
+      const Rest&... rest) {
+    check_prepared(second);
+    (check_prepared(rest), ...);
+    return accumulate(first);
+  }
+  /// The scope of accelerate's no_sync(model) (DDP's no_sync): backward
+  /// inside it keeps local gradients, without the all-reduce (or ZeRO's
+  /// reduce), whatever accumulate() decided; the next synchronising
+  /// backward outside it averages the sum. Step the optimizer outside it.
+  class [[nodiscard]] NoSyncScope {
+   public:
+    ~NoSyncScope();
+    NoSyncScope(const NoSyncScope&) = delete;
+    NoSyncScope& operator=(const NoSyncScope&) = delete;
+
+   private:
+    friend class Accelerator;
+    explicit NoSyncScope(std::shared_ptr<detail::AcceleratorState> state);
+    std::shared_ptr<detail::AcceleratorState> state_;
+  };
+  NoSyncScope no_sync(const PreparedModelBase& model);
+  /// The model given to prepare (accelerate's unwrap_model): the holder
+  /// itself, for saving or inspecting it without the prepared forward.
+  template <typename M>
+  const M& unwrap_model(const PreparedModel<M>& model) const {
+    return model.module();
+  }
   /// Whether the current micro-step synchronises gradients and steps.
   bool sync_gradients() const;
   /// Whether the current batch is the last of a prepared data loader.
@@ -207,6 +246,19 @@ class Accelerator {
   /// Call it after prepare() and before iterating the loaders. Returns the
   /// folder loaded.
   std::string load_state(const std::optional<std::string>& dir = std::nullopt);
+  /// accelerate's register_save_state_pre_hook / register_load_state_pre_hook:
+  /// `hook(models, dir)` runs on every process before save_state writes (or
+  /// load_state reads) anything, with the prepared models in order and the
+  /// folder being written (its files become part of the checkpoint, which
+  /// is renamed into place when complete) or read, so a hook can keep its
+  /// own files beside ampkit's. Returns a handle for remove_state_hook.
+  using StateHook = std::function<void(
+      const std::vector<std::shared_ptr<torch::nn::Module>>& models,
+      const std::string& dir)>;
+  size_t register_save_state_pre_hook(StateHook hook);
+  size_t register_load_state_pre_hook(StateHook hook);
+  /// Removes a hook; an unknown handle is an InvalidArgument.
+  void remove_state_hook(size_t handle);
   /// Adds an object with `StateDict state_dict() const` and
   /// `void load_state_dict(const StateDict&)` to what save_state/load_state
   /// keep, in registration order. It must outlive the Accelerator's use.
@@ -228,6 +280,26 @@ class Accelerator {
   /// Process topology; one process until the distributed layer runs.
   bool is_main_process() const;
   bool is_local_main_process() const;
+  bool is_last_process() const;
+  /// accelerate's on_main_process / on_local_main_process /
+  /// on_last_process / on_process(i) decorators: run `fn` on that process
+  /// only; return whether it ran.
+  template <typename F>
+  bool on_main_process(F&& fn) const {
+    return run_if(is_main_process(), std::forward<F>(fn));
+  }
+  template <typename F>
+  bool on_local_main_process(F&& fn) const {
+    return run_if(is_local_main_process(), std::forward<F>(fn));
+  }
+  template <typename F>
+  bool on_last_process(F&& fn) const {
+    return run_if(is_last_process(), std::forward<F>(fn));
+  }
+  template <typename F>
+  bool on_process(int64_t process_index, F&& fn) const {
+    return run_if(this->process_index() == process_index, std::forward<F>(fn));
+  }
   int64_t process_index() const;
   int64_t local_process_index() const;
   int64_t num_processes() const;
@@ -316,13 +388,31 @@ class Accelerator {
   [[noreturn]] void throw_unsharded_loader() const;
   /// [begin, end) of this process's share of n items, and the largest share.
   std::tuple<int64_t, int64_t, int64_t> share_of(int64_t n) const;
-  void backward_unhinted(const torch::Tensor& loss);
+  void backward_unhinted(
+      const torch::Tensor& loss, bool retain_graph, bool create_graph);
+  /// A UsageError unless `model` was prepared by this Accelerator.
+  void check_prepared(const PreparedModelBase& model) const;
+  template <typename F>
+  static bool run_if(bool condition, F&& fn) {
+    if (condition) {
+      std::forward<F>(fn)();
+    }
+    return condition;
+  }
   void register_checkpoint_object(
       std::function<StateDict()> save,
       std::function<void(const StateDict&)> load);
 
   std::shared_ptr<detail::AcceleratorState> state_;
 };
+
+/// accelerate's set_seed(seed, device_specific, deterministic): seeds
+/// torch's generators with `seed`, plus the process index (RANK, as the
+/// launcher set it) with device_specific, so that processes draw different
+/// numbers (dropout, augmentation); deterministic also makes LibTorch use
+/// deterministic algorithms (torch.use_deterministic_algorithms). The
+/// one-argument set_seed is in ampkit/utils/random.h.
+void set_seed(uint64_t seed, bool device_specific, bool deterministic = false);
 
 namespace detail {
 template <typename T>

@@ -143,6 +143,13 @@ const std::vector<std::string>& known_keys();
 /// ampkit::IoError naming the file when it cannot be written.
 void save_config(const LaunchConfig& config, const std::string& path);
 
+/// Where ampkit keeps the settings accelerate's format cannot hold, beside a
+/// config file: default_config.yaml -> default_config.ampkit.yaml. Today
+/// that is mixed_precision auto: save_config writes 'no' into the config
+/// (accelerate refuses unknown values) and auto into this file, and
+/// load_config reads auto back while the config still says 'no'.
+std::string ampkit_settings_path(const std::string& path);
+
 /// The values the Accelerator takes from a config (mixed_precision,
 /// gradient_accumulation_steps, use_cpu, log_with when set), with `origin`
 /// (usually the file's path) as their source.
