@@ -50,10 +50,9 @@ torch::Tensor total_norm(
 // ZeRO: the norm over every process's shard, from each process's part
 // (sum of |g|^p, or the max) combined across processes. Gradients that no
 // sharded optimizer holds are the same on every process: counted once.
-torch::Tensor clip_sharded(
+torch::Tensor sharded_norm(
     detail::AcceleratorState& st,
-    detail::ShardedGradients& grads,
-    double max_norm,
+    const detail::ShardedGradients& grads,
     double norm_type) {
   const c10::Device device = st.options.device;
   const bool inf = std::isinf(norm_type);
@@ -76,12 +75,18 @@ torch::Tensor clip_sharded(
           local, inf ? dist::ReduceOp::max : dist::ReduceOp::sum);
     });
   }
-  const torch::Tensor total = inf ? local : local.pow(1.0 / norm_type);
+  return inf ? local : local.pow(1.0 / norm_type);
+}
+
+// PyTorch's clip_grad_norm_: multiply by the clamped coefficient without a
+// host sync (a no-op factor of 1 when the norm is below max_norm).
+torch::Tensor clip_to(
+    detail::AcceleratorState& st,
+    const std::vector<torch::Tensor>& grads,
+    const torch::Tensor& total,
+    double max_norm) {
   const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  for (auto& g : grads.shards) {
-    g.mul_(coef.to(g.device()));
-  }
-  for (auto& g : grads.replicated) {
+  for (const auto& g : grads) {
     g.mul_(coef.to(g.device()));
   }
   st.last_grad_norm = total;
@@ -118,9 +123,13 @@ std::optional<ShardedGradients> sharded_gradients(
   }
   return out;
 }
-}  // namespace detail
 
-namespace detail {
+std::vector<torch::Tensor> ShardedGradients::all() const {
+  std::vector<torch::Tensor> grads = shards;
+  grads.insert(grads.end(), replicated.begin(), replicated.end());
+  return grads;
+}
+
 void unscale_gradients(AcceleratorState& st) {
   if (!st.scaler || !st.sync_gradients) {
     return;
@@ -151,21 +160,14 @@ torch::Tensor clip_grad_norm(
   }
   unscale_gradients(st);
   if (auto sharded = sharded_gradients(st, parameters)) {
-    return clip_sharded(st, *sharded, max_norm, norm_type);
+    return clip_to(
+        st, sharded->all(), sharded_norm(st, *sharded, norm_type), max_norm);
   }
   std::vector<torch::Tensor> grads = defined_grads(parameters);
   if (grads.empty()) {
     return torch::zeros({}, torch::TensorOptions().device(device));
   }
-  const torch::Tensor total = total_norm(grads, norm_type, device);
-  // PyTorch's clip_grad_norm_: multiply by the clamped coefficient without
-  // a host sync (a no-op factor of 1 when the norm is below max_norm).
-  const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  for (auto& g : grads) {
-    g.mul_(coef.to(g.device()));
-  }
-  st.last_grad_norm = total;
-  return total;
+  return clip_to(st, grads, total_norm(grads, norm_type, device), max_norm);
 }
 }  // namespace detail
 
@@ -205,19 +207,9 @@ void Accelerator::clip_grad_value_(
   }
   unscale_gradients();
   torch::NoGradGuard no_grad;
-  if (auto sharded = detail::sharded_gradients(*state_, parameters)) {
-    for (auto& g : sharded->shards) {
-      g.clamp_(-clip_value, clip_value);
-    }
-    for (auto& g : sharded->replicated) {
-      g.clamp_(-clip_value, clip_value);
-    }
-    return;
-  }
-  for (const auto& p : parameters) {
-    if (p.grad().defined()) {
-      p.grad().clamp_(-clip_value, clip_value);
-    }
+  const auto sharded = detail::sharded_gradients(*state_, parameters);
+  for (const auto& g : sharded ? sharded->all() : defined_grads(parameters)) {
+    g.clamp_(-clip_value, clip_value);
   }
 }
 

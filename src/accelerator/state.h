@@ -148,6 +148,8 @@ struct AcceleratorState {
 struct ShardedGradients {
   std::vector<torch::Tensor> shards;
   std::vector<torch::Tensor> replicated;
+  /// Both, shards first.
+  std::vector<torch::Tensor> all() const;
 };
 std::optional<ShardedGradients> sharded_gradients(
     AcceleratorState& st, const std::vector<torch::Tensor>& parameters);

@@ -7,7 +7,6 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "ampkit/error.h"
@@ -25,6 +24,13 @@ int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
+/// The values of a 1-dim `buffer` from `offset` on, seen with `param`'s
+/// shape and strides: the layout the flat buffers keep each parameter in.
+torch::Tensor laid_out_like(
+    const torch::Tensor& buffer, const torch::Tensor& param, int64_t offset) {
+  return buffer.as_strided(param.sizes(), param.strides(), offset);
+}
+
 /// `t` (a gradient laid out like `param`) as one 1-dim tensor in the order
 /// of `param`'s storage, which is the order of the flat buffer.
 torch::Tensor in_storage_order(
@@ -33,7 +39,7 @@ torch::Tensor in_storage_order(
     return t.reshape({-1});
   }
   auto out = torch::empty({param.numel()}, t.options());
-  out.as_strided(param.sizes(), param.strides()).copy_(t);
+  laid_out_like(out, param, 0).copy_(t);
   return out;
 }
 
@@ -192,16 +198,16 @@ ShardedOptimizer::ShardedOptimizer(
   const int64_t total = boundaries_.back();
   flat_ = torch::empty({total}, params_[0].options());
   int64_t offset = 0;
-  for (auto& p : params_) {
-    const int64_t n = p.numel();
-    auto view =
-        flat_.narrow(0, offset, n).as_strided(p.sizes(), p.strides(), offset);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    auto view = laid_out_like(flat_, p, offset);
     view.copy_(p.detach());
     // The parameter keeps its identity (the model, the synchronizer and
     // autograd refer to it); its values now live in the flat buffer.
     p.set_data(view);
+    index_[p.unsafeGetTensorImpl()] = i;
     offsets_.push_back(offset);
-    offset += n;
+    offset += p.numel();
   }
   const int64_t begin = boundaries_[rank_];
   const int64_t end = boundaries_[rank_ + 1];
@@ -220,8 +226,6 @@ ShardedOptimizer::ShardedOptimizer(
     auto shard = flat_.narrow(0, lo, length);
     shard.mutable_grad() = shard_grad_.narrow(0, lo - begin, length);
     groups[g].params() = {shard};
-    shards_.push_back(shard);
-    shard_offsets_.push_back(lo);
     first = last;
   }
 }
@@ -233,20 +237,18 @@ void ShardedOptimizer::reduce_gradients() {
   const int64_t end = boundaries_[rank_ + 1];
   if (stage_ == 1) {
     for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t o = offsets_[i];
-      const int64_t lo = std::max(o, begin);
-      const int64_t hi = std::min(o + params_[i].numel(), end);
-      if (lo >= hi) {
+      int64_t start = 0;
+      auto target = owned_gradient(i, &start);
+      if (!target.defined()) {
         continue;
       }
-      auto target = shard_grad_.narrow(0, lo - begin, hi - lo);
       const auto& grad = params_[i].grad();
       if (!grad.defined()) {
         target.zero_();
         continue;
       }
       target.copy_(
-          in_storage_order(grad, params_[i]).narrow(0, lo - o, hi - lo));
+          in_storage_order(grad, params_[i]).narrow(0, start, target.numel()));
     }
     return;
   }
@@ -256,9 +258,7 @@ void ShardedOptimizer::reduce_gradients() {
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     if (p.grad().defined()) {
-      local.narrow(0, offsets_[i], p.numel())
-          .as_strided(p.sizes(), p.strides(), offsets_[i])
-          .copy_(p.grad());
+      laid_out_like(local, p, offsets_[i]).copy_(p.grad());
       p.mutable_grad() = torch::Tensor();
     }
   }
@@ -313,28 +313,33 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
   reduced_ = false;
 }
 
+torch::Tensor ShardedOptimizer::owned_gradient(size_t i, int64_t* start) const {
+  const int64_t begin = boundaries_[rank_];
+  const int64_t o = offsets_[i];
+  const int64_t lo = std::max(o, begin);
+  const int64_t hi = std::min(o + params_[i].numel(), boundaries_[rank_ + 1]);
+  if (lo >= hi) {
+    return {};
+  }
+  if (start != nullptr) {
+    *start = lo - o;
+  }
+  return shard_grad_.narrow(0, lo - begin, hi - lo);
+}
+
 std::vector<torch::Tensor> ShardedOptimizer::shard_gradients(
     const std::vector<torch::Tensor>& parameters,
     std::vector<bool>& managed) const {
-  std::unordered_map<const void*, size_t> index;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    index[params_[i].unsafeGetTensorImpl()] = i;
-  }
-  const int64_t begin = boundaries_[rank_];
-  const int64_t end = boundaries_[rank_ + 1];
   std::vector<torch::Tensor> parts;
   managed.resize(parameters.size(), false);
   for (size_t k = 0; k < parameters.size(); ++k) {
-    auto it = index.find(parameters[k].unsafeGetTensorImpl());
-    if (it == index.end()) {
+    auto it = index_.find(parameters[k].unsafeGetTensorImpl());
+    if (it == index_.end()) {
       continue;
     }
     managed[k] = true;
-    const int64_t o = offsets_[it->second];
-    const int64_t lo = std::max(o, begin);
-    const int64_t hi = std::min(o + params_[it->second].numel(), end);
-    if (lo < hi) {
-      parts.push_back(shard_grad_.narrow(0, lo - begin, hi - lo));
+    if (auto part = owned_gradient(it->second); part.defined()) {
+      parts.push_back(part);
     }
   }
   return parts;

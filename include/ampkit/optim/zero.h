@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ampkit/dist/process_group.h"
@@ -112,10 +113,12 @@ class ShardedOptimizer {
   std::vector<int64_t> offsets_;       // each parameter's flat offset
   std::vector<int64_t> boundaries_;
   torch::Tensor flat_;  // every parameter's values
-  // This process's slice of flat_ per param group, as the optimizer holds
-  // them, with their flat offsets.
-  std::vector<torch::Tensor> shards_;
-  std::vector<int64_t> shard_offsets_;
+  // Each parameter's position in params_, by its TensorImpl.
+  std::unordered_map<const void*, size_t> index_;
+  /// The part of shard_grad_ that holds parameter i (undefined when this
+  /// process's shard has none of it), and where that part starts in it.
+  torch::Tensor owned_gradient(size_t i, int64_t* start = nullptr) const;
+
   torch::Tensor shard_grad_;  // the gradient of [begin, end)
   // Stage 2: a second backward before zero_grad adds to the shard.
   bool reduced_ = false;
