@@ -400,23 +400,31 @@ LaunchConfig load_config(const std::string& path) {
   LaunchConfig config = Reader(path).read(entries);
   const std::string ours = ampkit_settings_path(path);
   std::error_code ec;
-  if (fs::exists(ours, ec) && config.mixed_precision == Precision::no) {
-    // Written by save_config for auto; a config changed since (by
-    // accelerate config) to another precision wins.
-    for (const Entry& entry : parse_yaml(ours, read_file(ours))) {
-      if (entry.key != "mixed_precision" || lower(entry.text) != "auto") {
-        throw ConfigError(
-            ours,
-            entry.line,
-            entry.key,
-            entry.key != "mixed_precision",
-            ours + ":" + std::to_string(entry.line) +
-                ": ampkit's settings file holds only mixed_precision: auto, "
-                "got key '" +
-                entry.key + "' '" + entry.text +
-                "'. Remove the file, or rewrite it with `ampkit config`.");
+  if (!fs::exists(ours, ec)) {
+    return config;
+  }
+  // Written by save_config: what accelerate's format cannot hold.
+  for (const Entry& entry : parse_yaml(ours, read_file(ours))) {
+    if (entry.key == "mixed_precision" && lower(entry.text) == "auto") {
+      // A config changed since (by accelerate config) to another
+      // precision wins.
+      if (config.mixed_precision == Precision::no) {
+        config.mixed_precision = Precision::automatic;
       }
-      config.mixed_precision = Precision::automatic;
+    } else if (
+        entry.key == "gradient_accumulation_steps" || entry.key == "log_with") {
+      Reader(ours).apply(entry, config);
+    } else {
+      throw ConfigError(
+          ours,
+          entry.line,
+          entry.key,
+          entry.key != "mixed_precision",
+          ours + ":" + std::to_string(entry.line) +
+              ": ampkit's settings file holds mixed_precision: auto, "
+              "gradient_accumulation_steps and log_with, got key '" +
+              entry.key + "' '" + entry.text +
+              "'. Remove the file, or rewrite it with `ampkit config`.");
     }
   }
   return config;

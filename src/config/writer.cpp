@@ -97,18 +97,30 @@ std::string ampkit_settings_path(const std::string& path) {
 }
 
 void save_config(const LaunchConfig& config, const std::string& path) {
-  // accelerate refuses values it does not know, such as mixed_precision
-  // auto: the file it may read says 'no', and ampkit's own file beside it
-  // keeps auto.
+  // accelerate refuses keys and values it does not know (ClusterConfig has
+  // no gradient_accumulation_steps or log_with, and no mixed_precision
+  // auto): the file it may read holds only its own, and ampkit's settings
+  // go into ampkit's own file beside it.
   const bool automatic = config.mixed_precision == Precision::automatic;
+  std::string ampkit_only;
+  if (automatic) {
+    // Applies while the config still says 'no'.
+    ampkit_only += "mixed_precision: auto\n";
+  }
+  if (config.gradient_accumulation_steps != 1) {
+    ampkit_only += yaml_entry(
+        "gradient_accumulation_steps",
+        std::to_string(config.gradient_accumulation_steps));
+  }
+  if (!config.log_with.empty()) {
+    ampkit_only += yaml_entry("log_with", yaml_string(config.log_with));
+  }
   std::map<std::string, std::string> values(
       config.passthrough.begin(), config.passthrough.end());
   values["compute_environment"] = yaml_string(config.compute_environment);
   values["debug"] = config.debug ? "true" : "false";
   values["distributed_type"] = yaml_string(config.distributed_type);
   values["gpu_ids"] = yaml_string(config.gpu_ids);
-  values["gradient_accumulation_steps"] =
-      std::to_string(config.gradient_accumulation_steps);
   values["machine_rank"] = std::to_string(config.machine_rank);
   values["main_training_function"] = yaml_string(config.main_training_function);
   values["mixed_precision"] = yaml_string(
@@ -124,9 +136,6 @@ void save_config(const LaunchConfig& config, const std::string& path) {
   if (config.main_process_port != 0) {
     values["main_process_port"] = std::to_string(config.main_process_port);
   }
-  if (!config.log_with.empty()) {
-    values["log_with"] = yaml_string(config.log_with);
-  }
   std::string text;
   for (const auto& [key, value] : values) {
     text += yaml_entry(key, value);
@@ -134,14 +143,15 @@ void save_config(const LaunchConfig& config, const std::string& path) {
   write_atomically(path, text);
   const std::string ours = ampkit_settings_path(path);
   std::error_code ec;
-  if (automatic) {
+  if (!ampkit_only.empty()) {
     write_atomically(
         ours,
-        "# ampkit's settings that accelerate's config format cannot hold;\n"
-        "# they apply while " +
+        "# ampkit's settings that accelerate's config format cannot hold\n"
+        "# (ampkit reads them with " +
             fs::path(path).filename().string() +
-            " still says mixed_precision: 'no'.\n"
-            "mixed_precision: auto\n");
+            "; mixed_precision: auto applies while that\n"
+            "# file still says mixed_precision: 'no').\n" +
+            ampkit_only);
   } else if (fs::exists(ours, ec)) {
     fs::remove(ours, ec);
   }

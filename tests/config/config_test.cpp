@@ -128,6 +128,25 @@ TEST_F(ConfigFileTest, SavedConfigLoadsBackEqualInAccelerateOrder) {
   EXPECT_LT(text.find("compute_environment"), text.find("debug"));
   EXPECT_LT(text.find("num_processes"), text.find("use_cpu"));
   EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(::getpid())));
+  // accelerate's ClusterConfig refuses keys it lacks: log_with (and
+  // gradient_accumulation_steps) go into ampkit's file beside it.
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("log_with")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("gradient_accumulation_steps")));
+  EXPECT_THAT(
+      read(ampkit_settings_path(path)),
+      HasSubstr("log_with: jsonl,tensorboard\n"));
+  config.gradient_accumulation_steps = 3;
+  save_config(config, path);
+  EXPECT_TRUE(equal(load_config(path), config));
+  EXPECT_THAT(
+      read(ampkit_settings_path(path)),
+      HasSubstr("gradient_accumulation_steps: 3\n"));
+  config.gradient_accumulation_steps = 1;
+  config.log_with = "";
+  save_config(config, path);
+  EXPECT_FALSE(fs::exists(ampkit_settings_path(path)))
+      << "nothing ampkit-only left: no file";
+  EXPECT_TRUE(equal(load_config(path), config));
 }
 
 TEST_F(ConfigFileTest, DefaultsRoundTripAndQuoteYamlWords) {
@@ -266,7 +285,8 @@ TEST_F(ConfigFileTest, AutoPrecisionStaysOutOfTheFileAccelerateReads) {
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(path),
       InvalidArgument,
-      "ampkit's settings file holds only mixed_precision: auto");
+      "ampkit's settings file holds mixed_precision: auto, "
+      "gradient_accumulation_steps and log_with, got key 'num_processes'");
 }
 
 // An accelerate DeepSpeed config as `accelerate config` writes it runs on

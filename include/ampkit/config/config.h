@@ -144,10 +144,12 @@ const std::vector<std::string>& known_keys();
 void save_config(const LaunchConfig& config, const std::string& path);
 
 /// Where ampkit keeps the settings accelerate's format cannot hold, beside a
-/// config file: default_config.yaml -> default_config.ampkit.yaml. Today
-/// that is mixed_precision auto: save_config writes 'no' into the config
-/// (accelerate refuses unknown values) and auto into this file, and
-/// load_config reads auto back while the config still says 'no'.
+/// config file: default_config.yaml -> default_config.ampkit.yaml.
+/// accelerate refuses keys and values it does not know, so save_config
+/// writes there what its format cannot hold: gradient_accumulation_steps
+/// (other than 1), log_with, and mixed_precision auto (the config says
+/// 'no'); load_config reads them back, auto only while the config still
+/// says 'no'.
 std::string ampkit_settings_path(const std::string& path);
 
 /// The values the Accelerator takes from a config (mixed_precision,
