@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ampkit/accelerator/accelerator.h"
+#include "ampkit/accelerator/local_sgd.h"
 #include "ampkit/accelerator/options.h"
 #include "ampkit/accelerator/prepared.h"
 #include "ampkit/amp/autocast.h"
@@ -16,11 +17,13 @@
 #include "ampkit/data/sharded_sampler.h"
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
+#include "ampkit/diag/profiler.h"
 #include "ampkit/dist/ddp.h"
 #include "ampkit/dist/env.h"
 #include "ampkit/dist/process_group.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
+#include "ampkit/optim/schedule_free.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/optim/zero.h"
 #include "ampkit/state_dict.h"

@@ -7,6 +7,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -151,12 +152,33 @@ std::shared_ptr<LoaderPosition> register_loader(
   return position;
 }
 
+void throw_no_sampler(const char* what) {
+  throw UsageError(
+      kComponent,
+      std::string(what) +
+          " needs the loader's ShardedSampler, got a loader prepared "
+          "without one. Build it with accelerator.prepare_data_loader(...).");
+}
+
 void set_gather_remainder(AcceleratorState& state, int64_t remainder) {
   state.gather_remainder = remainder;
 }
 
 bool is_distributed(const AcceleratorState& state) {
   return state.group != nullptr;
+}
+
+void check_not_released(
+    const AcceleratorState& state, const torch::nn::Module& module) {
+  if (std::none_of(state.models.begin(), state.models.end(), [&](auto& m) {
+        return m.get() == &module;
+      })) {
+    throw UsageError(
+        kComponent,
+        "this model was prepared before accelerator.free_memory(), which "
+        "released it (its gradients would no longer be synchronised). "
+        "Prepare the model again after free_memory().");
+  }
 }
 
 void before_forward(AcceleratorState& state, const torch::nn::Module& module) {
@@ -318,6 +340,25 @@ Precision Accelerator::mixed_precision() const {
 
 int64_t Accelerator::gradient_accumulation_steps() const {
   return state_->options.gradient_accumulation_steps;
+}
+
+void Accelerator::set_gradient_accumulation_steps(int64_t n) {
+  auto& st = *state_;
+  if (n < 1) {
+    throw InvalidArgument(
+        kComponent,
+        "gradient_accumulation_steps must be >= 1, got " + std::to_string(n) +
+            ". With an automatic batch size, use observed_batch_size / "
+            "batch_size, at least 1.");
+  }
+  if (st.in_accumulate) {
+    throw UsageError(
+        kComponent,
+        "set_gradient_accumulation_steps inside an accumulate() scope. "
+        "Set it between micro-steps, before the scope opens.");
+  }
+  st.options.gradient_accumulation_steps = n;
+  st.micro_step = 0;
 }
 
 std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
@@ -526,6 +567,43 @@ void Accelerator::backward_unhinted(
       }
     }
   }
+}
+
+void Accelerator::throw_negative_skip(int64_t n) {
+  throw InvalidArgument(
+      kComponent,
+      "skip_first_batches needs a number of batches >= 0, got " +
+          std::to_string(n) + ".");
+}
+
+void Accelerator::free_memory() {
+  auto& st = *state_;
+  if (st.in_accumulate || st.no_sync_depth > 0) {
+    throw UsageError(
+        kComponent,
+        "free_memory() inside an accumulate() or no_sync() scope. Call it "
+        "between training runs, after the scopes closed.");
+  }
+  st.synchronizers.clear();  // before the models their hooks refer to
+  st.models.clear();
+  st.named_parameters.clear();
+  st.optimizers.clear();
+  st.schedulers.clear();
+  st.loaders.clear();
+  st.registered.clear();
+  st.split_batches = false;
+  st.optimizer_steps = 0;
+  st.skipped_steps = 0;
+  st.micro_step = 0;
+  st.sync_gradients = true;
+  st.end_of_dataloader = false;
+  st.scaler_update_pending = false;
+  st.forwards_since_backward = 0;
+  st.loss_sum = torch::Tensor();
+  st.loss_count = 0;
+  st.last_grad_norm = torch::Tensor();
+  st.gather_remainder = 0;
+  detail::release_cached_memory();
 }
 
 void Accelerator::check_prepared(const PreparedModelBase& model) const {

@@ -272,6 +272,16 @@ ResolvedAcceleratorOptions resolve_options(
       options.config().origin,
       std::string());
   r.log_with = track::parse_log_with(log_with.value);
+  for (const auto& tracker : options.trackers()) {
+    if (!tracker) {
+      throw InvalidArgument(
+          kComponent,
+          "trackers holds a null tracker. Pass "
+          "std::make_shared<YourTracker>(...) for each.");
+    }
+  }
+  r.trackers = options.trackers();
+  r.profile_options = options.profile_options();
   if (r.log_every_n_steps < 1) {
     throw InvalidArgument(
         kComponent,
@@ -393,7 +403,13 @@ ResolvedAcceleratorOptions resolve_options(
   for (const auto& t : r.log_with) {
     trackers += (trackers.empty() ? "" : ",") + t;
   }
-  add("log_with", trackers.empty() ? "none" : trackers, log_with.source);
+  for (const auto& t : r.trackers) {
+    trackers += (trackers.empty() ? "" : ",") + t->name();
+  }
+  add("log_with",
+      trackers.empty() ? "none" : trackers,
+      r.log_with.empty() && !r.trackers.empty() ? std::string("explicit")
+                                                : log_with.source);
   add("seed",
       r.seed ? std::to_string(*r.seed) : "unset",
       r.seed ? "explicit" : "default");

@@ -15,6 +15,19 @@ namespace {
 constexpr const char* kComponent = "Accelerator";
 }  // namespace
 
+detail::PreparedOptimizerEntry& PreparedOptimizer::entry() const {
+  auto& st = *state_;
+  if (index_ >= st.optimizers.size() ||
+      st.optimizers[index_].optimizer != optimizer_) {
+    throw UsageError(
+        kComponent,
+        "this optimizer was prepared before accelerator.free_memory(), "
+        "which released it. Prepare the optimizer again after "
+        "free_memory().");
+  }
+  return st.optimizers[index_];
+}
+
 void PreparedOptimizer::step() {
   try {
     step_unhinted();
@@ -28,7 +41,7 @@ void PreparedOptimizer::step_unhinted() {
   if (!st.sync_gradients) {
     return;
   }
-  auto& entry = st.optimizers[index_];
+  auto& entry = this->entry();
   if (entry.sharded && !entry.sharded->has_reduced_gradients()) {
     throw UsageError(
         kComponent,
@@ -60,7 +73,7 @@ void PreparedOptimizer::step_unhinted() {
 
 void PreparedOptimizer::step_optimizer() {
   auto& st = *state_;
-  auto& entry = st.optimizers[index_];
+  auto& entry = this->entry();
   if (!st.scaler && st.options.detect_anomaly) {
     const std::string where = st.non_finite_gradients();
     if (!where.empty()) {
@@ -126,7 +139,7 @@ void PreparedOptimizer::zero_grad(bool set_to_none) {
   if (!state_->sync_gradients) {
     return;
   }
-  if (const auto& sharded = state_->optimizers[index_].sharded) {
+  if (const auto& sharded = entry().sharded) {
     // The optimizer holds the shard; the parameters' own gradients are the
     // model's.
     sharded->zero_grad(set_to_none);
@@ -150,14 +163,14 @@ std::vector<torch::Tensor> PreparedOptimizer::optimizer_parameters() const {
 }
 
 int64_t PreparedOptimizer::gradient_bytes() const {
-  if (const auto& sharded = state_->optimizers[index_].sharded) {
+  if (const auto& sharded = entry().sharded) {
     return sharded->gradient_bytes();
   }
   return optim::gradient_bytes(optimizer_parameters());
 }
 
 bool PreparedOptimizer::step_was_skipped() const {
-  return state_->optimizers[index_].skipped;
+  return entry().skipped;
 }
 
 bool PreparedScheduler::should_step() const {

@@ -68,7 +68,7 @@ struct AcceleratorState {
   bool warned_no_forward = false;
 
   // Tracking (trackers only on the main process).
-  std::vector<std::unique_ptr<track::Tracker>> trackers;
+  std::vector<std::shared_ptr<track::Tracker>> trackers;
   std::string run_dir;
   int64_t optimizer_steps = 0;
   int64_t skipped_steps = 0;

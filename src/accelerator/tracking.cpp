@@ -1,5 +1,5 @@
 // The Accelerator's experiment tracking: init_trackers, log and
-// end_training over the trackers that log_with names.
+// end_training over the trackers that log_with names, and profile().
 #include "ampkit/accelerator/accelerator.h"
 
 #include <chrono>
@@ -36,12 +36,13 @@ void log_to_trackers(
 void Accelerator::init_trackers(
     const std::string& project_name, const track::RunConfig& config) {
   auto& st = *state_;
-  if (st.options.log_with.empty()) {
+  if (st.options.log_with.empty() && st.options.trackers.empty()) {
     throw UsageError(
         kComponent,
         "init_trackers needs log_with to name a tracker, got none. Set "
         "AcceleratorOptions().log_with(\"jsonl\") (or csv, tensorboard, "
-        "all), or log_with in the config file.");
+        "all), log_with in the config file, or pass your own in "
+        "AcceleratorOptions().trackers({...}).");
   }
   if (project_name.empty() || project_name.find('/') != std::string::npos ||
       project_name == "." || project_name == "..") {
@@ -58,9 +59,6 @@ void Accelerator::init_trackers(
   }
   st.run_dir =
       (std::filesystem::path(st.options.project_dir) / project_name).string();
-  if (!is_main_process()) {
-    return;
-  }
   track::RunConfig run_config;
   for (const auto& row : st.options.rows) {
     run_config[row.name] = row.value;
@@ -68,8 +66,16 @@ void Accelerator::init_trackers(
   for (const auto& [key, value] : config) {
     run_config[key] = value;
   }
-  for (const auto& name : st.options.log_with) {
-    st.trackers.push_back(track::make_tracker(name, st.run_dir, run_config));
+  if (is_main_process()) {
+    for (const auto& name : st.options.log_with) {
+      st.trackers.push_back(track::make_tracker(name, st.run_dir, run_config));
+    }
+  }
+  for (const auto& tracker : st.options.trackers) {
+    if (is_main_process() || !tracker->main_process_only()) {
+      tracker->store_init_configuration(run_config);
+      st.trackers.push_back(tracker);
+    }
   }
   st.last_log_time = std::chrono::steady_clock::now();
   st.samples_since_log = 0;
@@ -86,6 +92,12 @@ void Accelerator::end_training() {
     tracker->finish();
   }
   state_->trackers.clear();
+}
+
+diag::Profiler Accelerator::profile() const {
+  auto options = state_->options.profile_options;
+  options.trace_file("profile_" + std::to_string(process_index()) + ".json");
+  return diag::Profiler(options);
 }
 
 const std::string& Accelerator::run_dir() const {

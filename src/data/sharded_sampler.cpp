@@ -44,6 +44,14 @@ std::pair<size_t, size_t> batch_sizes(
   return {batch_size, batch_size / w};
 }
 
+// even_batches pads the epoch so that the processes get equally many
+// batches; one process has no one to match, and keeps its short last
+// batch, as accelerate's loader does with one process (it shards
+// nothing).
+bool pads(const ShardedSamplerOptions& options) {
+  return options.even_batches() && options.num_processes() > 1;
+}
+
 size_t count_batches(
     size_t n, const ShardedSamplerOptions& options, size_t batch_size) {
   const auto [global, part] = batch_sizes(options, batch_size);
@@ -128,7 +136,7 @@ struct ShardedSampler::State {
     }
     if (options.drop_last()) {
       order.resize(n / global * global);
-    } else if (options.even_batches() && n % global != 0) {
+    } else if (pads(options) && n % global != 0) {
       const size_t padded = (n / global + 1) * global;
       for (size_t i = n; i < padded; ++i) {
         order.push_back(order[(i - n) % n]);
@@ -193,7 +201,7 @@ void ShardedSampler::reset(torch::optional<size_t> new_size) {
 torch::optional<std::vector<size_t>> ShardedSampler::next(size_t batch_size) {
   auto& s = *state_;
   if (s.batch == 0) {
-    if (s.skip > 0 && batch_size != s.skip_batch) {
+    if (s.skip > 0 && s.skip_batch != 0 && batch_size != s.skip_batch) {
       throw UsageError(
           kComponent,
           "the resumed epoch " + std::to_string(s.epoch) + " was saved after " +
@@ -310,13 +318,25 @@ void ShardedSampler::set_epoch(int64_t epoch) {
   state_->skip = 0;
 }
 
+void ShardedSampler::skip_first_batches(size_t n) {
+  auto& s = *state_;
+  if (!s.epoch_chosen) {
+    // The epoch the next reset() would start, chosen so that reset() keeps
+    // the skip.
+    s.epoch += s.resets > 0 ? 1 : 0;
+    s.epoch_chosen = true;
+  }
+  s.skip = n;
+  s.skip_batch = 0;  // counted in whatever batch size the loader asks
+}
+
 size_t ShardedSampler::dataset_size() const {
   return state_->n;
 }
 
 size_t ShardedSampler::remainder() const {
   const auto& s = *state_;
-  if (s.last_batch == 0 || s.options.drop_last() || !s.options.even_batches()) {
+  if (s.last_batch == 0 || s.options.drop_last() || !pads(s.options)) {
     return 0;
   }
   return s.n % batch_sizes(s.options, s.last_batch).first;

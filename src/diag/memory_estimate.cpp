@@ -183,6 +183,19 @@ std::string memory_table(
     }
     out << '\n';
   }
+  if (!rows.empty() && rows.front().zero_stage == 0) {
+    // accelerate estimate-memory's "Training using Adam" is the largest of
+    // its four stages (model, gradients, optimizer, step) for Adam, not
+    // their sum: in fp32 the step's 4 x the fp32 weights, under mixed
+    // precision the Adam state's 2 x (commands/estimate.py,
+    // estimate_training_usage). Its figure is shown for comparison.
+    const int64_t fp32 = 4 * parameters;
+    out << "accelerate estimate-memory's \"Training using Adam\" shows the "
+           "largest single stage, not this sum of what is held at once at "
+           "the optimizer step: "
+        << format_bytes(4 * fp32) << " in fp32, " << format_bytes(2 * fp32)
+        << " in fp16/bf16\n";
+  }
   return out.str();
 }
 

@@ -3,9 +3,12 @@
 // the prepared forward runs under autocast and returns fp32.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "accelerator/state.h"
@@ -910,6 +913,207 @@ TEST(AcceleratorTest, SeedOptionMakesRunsRepeatable) {
   const auto a = torch::randn({5});
   Accelerator second(quiet().seed(42));
   EXPECT_TRUE(torch::equal(a, torch::randn({5})));
+}
+
+}  // namespace
+}  // namespace ampkit
+
+namespace ampkit {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+class AcceleratorDirTest : public testing_util::TempDirTest {};
+
+// accelerate's free_memory: the prepared objects are released (using one is
+// an error naming the fix), the step count restarts, and freshly prepared
+// ones train (find_executable_batch_size's retries rely on it).
+TEST(AcceleratorTest, FreeMemoryReleasesPreparedObjectsAndResetsTheSteps) {
+  Accelerator accelerator(quiet());
+  auto net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  accelerator.backward(model(torch::ones({2, 6})).sum());
+  optimizer.step();
+  EXPECT_EQ(accelerator.optimizer_steps(), 1);
+  accelerator.free_memory();
+  EXPECT_EQ(accelerator.optimizer_steps(), 0);
+  auto old_step = [&optimizer = optimizer] { optimizer.step(); };
+  EXPECT_THAT(
+      old_step,
+      ThrowsMessage<UsageError>(HasSubstr("Prepare the optimizer again")));
+  auto old_forward = [&model = model] { model(torch::ones({2, 6})); };
+  EXPECT_THAT(
+      old_forward,
+      ThrowsMessage<UsageError>(HasSubstr("Prepare the model again")));
+  auto fresh_net = make_net(1);
+  torch::optim::SGD fresh_sgd(fresh_net->parameters(), 0.1);
+  auto [fresh_model, fresh_optimizer] =
+      accelerator.prepare(fresh_net, fresh_sgd);
+  const auto before = snapshot(fresh_net);
+  accelerator.backward(fresh_model(torch::ones({2, 6})).sum());
+  fresh_optimizer.step();
+  EXPECT_EQ(accelerator.optimizer_steps(), 1);
+  EXPECT_FALSE(torch::equal(before[0], fresh_net->fc1->weight));
+  accelerator.clear();  // accelerate's alias
+  EXPECT_EQ(accelerator.optimizer_steps(), 0);
+}
+
+// len(dataloader) and skip_first_batches on a loader prepare_data_loader
+// built; a loader prepared without a ShardedSampler cannot answer.
+TEST(AcceleratorTest, SkipFirstBatchesAndSizeOfAPreparedLoader) {
+  Accelerator accelerator(quiet());
+  const auto data = torch::arange(10).to(torch::kFloat).reshape({10, 1});
+  auto loader = accelerator.prepare_data_loader(
+      torch::data::datasets::TensorDataset(data).map(
+          torch::data::transforms::Stack<torch::data::TensorExample>()),
+      torch::data::DataLoaderOptions(3),
+      data::ShardedSamplerOptions().shuffle(false));
+  EXPECT_EQ(loader.size(), 4u);
+  auto& same = accelerator.skip_first_batches(loader, 2);
+  EXPECT_EQ(&same, &loader);
+  std::vector<torch::Tensor> first;
+  for (auto& batch : loader) {
+    first.push_back(batch.data);
+  }
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0][0].item<float>(), 6);
+  int64_t second = 0;
+  for (auto& batch : loader) {
+    (void)batch;
+    ++second;
+  }
+  EXPECT_EQ(second, 4) << "the skip applies to one epoch";
+  EXPECT_THAT(
+      [&] { accelerator.skip_first_batches(loader, -1); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("got -1")));
+  auto plain = accelerator.prepare(
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+          torch::data::datasets::TensorDataset(data).map(
+              torch::data::transforms::Stack<torch::data::TensorExample>()),
+          torch::data::DataLoaderOptions(4)));
+  EXPECT_THAT(
+      [&] { plain.size(); },
+      ThrowsMessage<UsageError>(HasSubstr("prepare_data_loader")));
+}
+
+// accelerate's GeneralTracker: a tracker of the user's own in log_with
+// receives the run's configuration and every log call, beside the
+// built-in ones, and is finished by end_training.
+class RecordingTracker : public track::Tracker {
+ public:
+  std::string name() const override {
+    return "recording";
+  }
+  void store_init_configuration(const track::RunConfig& config) override {
+    configs.push_back(config);
+  }
+  void log(const track::Metrics& m, int64_t step, double) override {
+    logged.emplace_back(step, m);
+  }
+  void finish() override {
+    finished = true;
+  }
+  std::vector<track::RunConfig> configs;
+  std::vector<std::pair<int64_t, track::Metrics>> logged;
+  bool finished = false;
+};
+
+TEST_F(AcceleratorDirTest, CustomTrackerGetsTheConfigAndLogsBesideBuiltIns) {
+  const auto& dir = dir_;
+  auto tracker = std::make_shared<RecordingTracker>();
+  Accelerator accelerator(
+      quiet().project_dir(dir.string()).log_with("jsonl").trackers({tracker}));
+  EXPECT_THAT(accelerator.options().table(), HasSubstr("jsonl,recording"));
+  accelerator.init_trackers("run", {{"lr", "0.1"}});
+  ASSERT_EQ(tracker->configs.size(), 1u);
+  EXPECT_EQ(tracker->configs[0].at("lr"), "0.1");
+  EXPECT_EQ(tracker->configs[0].count("mixed_precision"), 1u);
+  accelerator.log({{"loss", 0.5}}, 3);
+  ASSERT_EQ(tracker->logged.size(), 1u);
+  EXPECT_EQ(tracker->logged[0].first, 3);
+  EXPECT_EQ(tracker->logged[0].second.at("loss"), 0.5);
+  EXPECT_TRUE(std::filesystem::exists(dir / "run" / track::kJsonlFile));
+  accelerator.end_training();
+  EXPECT_TRUE(tracker->finished);
+
+  // Custom trackers alone are enough for init_trackers.
+  auto alone = std::make_shared<RecordingTracker>();
+  Accelerator only(quiet().project_dir(dir.string()).trackers({alone}));
+  only.init_trackers("alone");
+  EXPECT_EQ(alone->configs.size(), 1u);
+  EXPECT_THAT(
+      [&] { Accelerator bad(quiet().trackers({nullptr})); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("null tracker")));
+}
+
+// accelerate's `accelerator.gradient_accumulation_steps = n`.
+TEST(AcceleratorTest, GradientAccumulationStepsCanBeSetBetweenTries) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(4));
+  accelerator.set_gradient_accumulation_steps(2);
+  EXPECT_EQ(accelerator.gradient_accumulation_steps(), 2);
+  auto net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  for (int i = 0; i < 4; ++i) {
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(torch::ones({2, 6})).sum());
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  EXPECT_EQ(accelerator.optimizer_steps(), 2);
+  EXPECT_THAT(
+      [&] { accelerator.set_gradient_accumulation_steps(0); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("got 0")));
+  {
+    auto scope = accelerator.accumulate(model);
+    EXPECT_THAT(
+        [&] { accelerator.set_gradient_accumulation_steps(3); },
+        ThrowsMessage<UsageError>(HasSubstr("inside an accumulate()")));
+  }
+}
+
+// accelerate's profile(): the ops of a training step are counted with
+// their times, the table is sorted by self CPU time, and the Chrome trace
+// is written as profile_<rank>.json.
+TEST_F(AcceleratorDirTest, ProfileCountsTheStepsOpsAndWritesAChromeTrace) {
+  const auto& dir = dir_;
+  Accelerator accelerator(quiet().profile_options(
+      diag::ProfileOptions().output_trace_dir(dir.string())));
+  auto net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto prof = accelerator.profile();
+  for (int i = 0; i < 3; ++i) {
+    accelerator.backward(model(torch::ones({4, 6})).sum());
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  prof.stop();
+  const auto stats = prof.key_averages();
+  auto addmm = std::find_if(stats.begin(), stats.end(), [](const auto& s) {
+    return s.name == "aten::addmm";
+  });
+  ASSERT_NE(addmm, stats.end());
+  EXPECT_EQ(addmm->calls, 6) << "two Linear layers, three forwards";
+  for (size_t i = 1; i < stats.size(); ++i) {
+    EXPECT_GE(
+        stats[i - 1].self_cpu_time_total_us, stats[i].self_cpu_time_total_us);
+  }
+  for (const auto& s : stats) {
+    EXPECT_LE(s.self_cpu_time_total_us, s.cpu_time_total_us + 1e-9) << s.name;
+  }
+  EXPECT_THAT(prof.table(), HasSubstr("aten::addmm"));
+  EXPECT_EQ(prof.trace_path(), (dir / "profile_0.json").string());
+  std::ifstream trace(prof.trace_path());
+  const std::string text(
+      (std::istreambuf_iterator<char>(trace)),
+      std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("aten::addmm"));
+  EXPECT_THAT(
+      [&] { prof.key_averages("wall"); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("got 'wall'")));
 }
 
 }  // namespace

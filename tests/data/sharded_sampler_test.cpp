@@ -249,6 +249,8 @@ TEST(ShardedSamplerTest, ShardsGatherToTheEpochOrderForEveryOptionCombination) {
               " b=" + std::to_string(b) + " even=" + std::to_string(even) +
               " drop=" + std::to_string(drop) +
               " split=" + std::to_string(split);
+          // One process has no one to even out with: no padding.
+          const bool pads = even && w > 1;
           const size_t global = split ? b : b * static_cast<size_t>(w);
           const size_t part = global / static_cast<size_t>(w);
           std::vector<Batches> per_rank;
@@ -263,8 +265,8 @@ TEST(ShardedSamplerTest, ShardsGatherToTheEpochOrderForEveryOptionCombination) {
             per_rank.push_back(run_epoch(s, b));
             EXPECT_EQ(s.batches_per_epoch(b), per_rank[r].size()) << where;
             EXPECT_EQ(s.batches_yielded(), per_rank[r].size()) << where;
-            EXPECT_EQ(s.remainder(), even && !drop ? n % global : 0) << where;
-            if (even || drop) {
+            EXPECT_EQ(s.remainder(), pads && !drop ? n % global : 0) << where;
+            if (pads || drop) {
               EXPECT_EQ(per_rank[r].size(), per_rank[0].size()) << where;
               for (const auto& batch : per_rank[r]) {
                 EXPECT_EQ(batch.size(), part) << where;
@@ -274,7 +276,7 @@ TEST(ShardedSamplerTest, ShardsGatherToTheEpochOrderForEveryOptionCombination) {
           std::vector<size_t> expected = iota(n);
           if (drop) {
             expected.resize(n / global * global);
-          } else if (even && n % global != 0) {
+          } else if (pads && n % global != 0) {
             for (size_t i = n; i < (n / global + 1) * global; ++i) {
               expected.push_back((i - n) % n);
             }
@@ -287,12 +289,12 @@ TEST(ShardedSamplerTest, ShardsGatherToTheEpochOrderForEveryOptionCombination) {
 }
 
 TEST(ShardedSamplerTest, CopiesShareEpochAndPosition) {
-  ShardedSampler a(10, ShardedSamplerOptions().shuffle(false));
+  ShardedSampler a(10, rank(2, 0).shuffle(false));
   ShardedSampler b = a;
   a.reset();
   a.next(4);
   EXPECT_EQ(b.batches_yielded(), 1u);
-  EXPECT_EQ(b.remainder(), 2u);
+  EXPECT_EQ(b.remainder(), 2u);  // 10 % (2 x 4)
   a.reset();
   EXPECT_EQ(b.epoch(), 1);
   EXPECT_EQ(b.batches_yielded(), 0u);
@@ -506,6 +508,46 @@ TEST(ShardedSamplerTest, BadOptionsAreErrors) {
       ThrowsMessage<UsageError>(HasSubstr(
           "ShardedSampler: the batch size changed within epoch 0, got 5 "
           "after 4. Keep one batch size per epoch")));
+}
+
+}  // namespace
+}  // namespace ampkit::data
+
+namespace ampkit::data {
+namespace {
+
+// accelerate's skip_first_batches: the next epoch starts at batch n, once;
+// after load() it replaces the resumed position instead of adding to it.
+TEST(ShardedSamplerTest, SkipFirstBatchesStartsTheNextEpochAtBatchN) {
+  ShardedSampler reference(20, ShardedSamplerOptions().seed(3));
+  const Batches epoch0 = run_epoch(reference, 4);
+  const Batches epoch1 = run_epoch(reference, 4);
+
+  ShardedSampler fresh(20, ShardedSamplerOptions().seed(3));
+  fresh.skip_first_batches(2);
+  EXPECT_EQ(run_epoch(fresh, 4), Batches(epoch0.begin() + 2, epoch0.end()));
+  EXPECT_EQ(run_epoch(fresh, 4), epoch1) << "the skip applies once";
+
+  ShardedSampler later(20, ShardedSamplerOptions().seed(3));
+  run_epoch(later, 4);
+  later.skip_first_batches(3);
+  EXPECT_EQ(later.batches_per_epoch(4), 5u);
+  EXPECT_EQ(run_epoch(later, 4), Batches(epoch1.begin() + 3, epoch1.end()));
+
+  // Saved after 2 batches of epoch 0; load() resumes there, and skipping 2
+  // more after it (a ported script's skip_first_batches) changes nothing.
+  ShardedSampler saver(20, ShardedSamplerOptions().seed(3));
+  saver.reset();
+  saver.next(4);
+  saver.next(4);
+  ShardedSampler resumed(20, ShardedSamplerOptions().seed(3));
+  round_trip(saver, resumed);
+  resumed.skip_first_batches(2);
+  EXPECT_EQ(run_epoch(resumed, 4), Batches(epoch0.begin() + 2, epoch0.end()));
+
+  ShardedSampler beyond(20, ShardedSamplerOptions().seed(3));
+  beyond.skip_first_batches(9);
+  EXPECT_TRUE(run_epoch(beyond, 4).empty());
 }
 
 }  // namespace

@@ -325,6 +325,14 @@ TEST_F(DistTest, NoSyncKeepsLocalGradientsUntilTheNextSynchronisingBackward) {
   expect_all_ok(run(2, {"no_sync"}));
 }
 
+TEST_F(DistTest, CollectivesTakeTuplesMapsAndVectorsOfTensors) {
+  expect_all_ok(run(2, {"nested_collectives"}));
+}
+
+TEST_F(DistTest, LocalSgdAveragesEveryKStepsAndAtTheEnd) {
+  expect_all_ok(run(2, {"local_sgd"}));
+}
+
 TEST_F(DistTest, SchedulerStepsOncePerProcessOrOnceWithSplitBatches) {
   expect_all_ok(run(2, {"scheduler_steps"}));
 }

@@ -294,6 +294,91 @@ int metrics() {
   return 0;
 }
 
+// Collectives over nested containers (accelerate's recursively_apply):
+// gather_for_metrics on a (predictions, references) tuple drops the padding
+// from both; reduce and gather over a map and a vector keep the structure.
+int nested_collectives() {
+  ampkit::Accelerator accelerator(base_options());
+  const auto r = static_cast<float>(accelerator.process_index());
+  auto loader = accelerator.prepare_data_loader(
+      Indices(10).map(torch::data::transforms::Stack<>()),
+      torch::data::DataLoaderOptions(3),
+      ampkit::data::ShardedSamplerOptions().shuffle(false));
+  std::vector<torch::Tensor> predictions, references;
+  for (auto& batch : loader) {
+    auto [p, q] = accelerator.gather_for_metrics(
+        std::make_tuple(batch.data * 2, batch.data));
+    predictions.push_back(p);
+    references.push_back(q);
+  }
+  CHECK_OR_FAIL(
+      torch::cat(references).flatten().equal(torch::arange(10)) &&
+          torch::cat(predictions).flatten().equal(torch::arange(10) * 2),
+      "gather_for_metrics on a tuple kept padding or lost samples");
+  std::map<std::string, torch::Tensor> sums{
+      {"a", torch::tensor({r + 1})}, {"b", torch::tensor({10 * (r + 1)})}};
+  sums = accelerator.reduce(sums);
+  CHECK_OR_FAIL(
+      sums["a"].item<float>() == 3 && sums["b"].item<float>() == 30,
+      "reduce over a map");
+  const auto gathered = accelerator.gather(
+      std::vector<torch::Tensor>{torch::full({1}, r), torch::full({2}, r)});
+  CHECK_OR_FAIL(
+      gathered.size() == 2 && gathered[0].numel() == 2 &&
+          gathered[1].numel() == 4 && gathered[1][3].item<float>() == 1,
+      "gather over a vector");
+  return 0;
+}
+
+// accelerate's LocalSGD: between averages the processes step on their own
+// gradients (their parameters drift apart); every local_sgd_steps-th step
+// and the end of the scope average them, so they agree again.
+int local_sgd() {
+  ampkit::Accelerator accelerator(base_options());
+  Net net;
+  torch::optim::SGD sgd(net->parameters(), 0.05);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  const int64_t r = accelerator.process_index();
+  auto same_everywhere = [&] {
+    auto w = accelerator.gather(net->fc1->weight.detach().unsqueeze(0));
+    return w[0].equal(w[1]);
+  };
+  auto step = [&, &model = model, &optimizer = optimizer](int64_t i) {
+    auto [x, y] = global_batch(i, 8);
+    accelerator.backward(
+        torch::mse_loss(model(x.narrow(0, r * 4, 4)), y.narrow(0, r * 4, 4)));
+    optimizer.step();
+    optimizer.zero_grad();
+  };
+  {
+    ampkit::LocalSGD local(accelerator, model, 3);
+    for (int64_t i = 1; i <= 7; ++i) {
+      step(i);
+      local.step();
+      const bool averaged = i % 3 == 0;
+      CHECK_OR_FAIL(
+          same_everywhere() == averaged,
+          "after local step " + std::to_string(i) + " the parameters " +
+              (averaged ? "differ (no average)" : "agree (gradients synced)"));
+    }
+    CHECK_OR_FAIL(local.num_steps() == 7, "LocalSGD counted its steps");
+  }
+  CHECK_OR_FAIL(same_everywhere(), "leaving LocalSGD did not average");
+  // The average is the mean of the processes' parameters.
+  torch::Tensor drifted;
+  {
+    ampkit::LocalSGD local(accelerator, model, 100);
+    step(8);
+    drifted = accelerator.gather(net->fc1->weight.detach().unsqueeze(0));
+  }
+  CHECK_OR_FAIL(
+      !drifted[0].equal(drifted[1]) &&
+          torch::allclose(
+              net->fc1->weight, (drifted[0] + drifted[1]) / 2, 1e-6, 1e-7),
+      "LocalSGD's average is not the mean over processes");
+  return 0;
+}
+
 // With accumulation, micro-steps keep local gradients (no all-reduce);
 // the synchronising step averages them.
 int micro_steps() {
@@ -680,6 +765,12 @@ int main(int argc, char** argv) {
     }
     if (scenario == "metrics") {
       return metrics();
+    }
+    if (scenario == "nested_collectives") {
+      return nested_collectives();
+    }
+    if (scenario == "local_sgd") {
+      return local_sgd();
     }
     if (scenario == "no_sync") {
       return no_sync();

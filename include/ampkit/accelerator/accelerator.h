@@ -81,6 +81,14 @@ class Accelerator {
   /// The precision in use, "auto" resolved.
   Precision mixed_precision() const;
   int64_t gradient_accumulation_steps() const;
+  /// accelerate's `accelerator.gradient_accumulation_steps = n` (>= 1), as
+  /// automatic gradient accumulation sets it between tries; outside an
+  /// accumulate() scope.
+  void set_gradient_accumulation_steps(int64_t n);
+  /// Whether several processes train (accelerate's use_distributed).
+  bool use_distributed() const {
+    return num_processes() > 1;
+  }
 
   /// Prepares one object for training on device():
   /// - a model (a TORCH_MODULE holder or std::shared_ptr to an nn::Module):
@@ -131,6 +139,30 @@ class Accelerator {
         torch::data::make_data_loader(std::move(dataset), shard, options);
     return PreparedDataLoader<typename decltype(loader)::element_type>(
         std::move(loader), state_, shard);
+  }
+
+  /// accelerate's skip_first_batches: `loader`'s next epoch starts at batch
+  /// n, and the loader is returned. load_state already resumes a prepared
+  /// loader where it was saved; skipping the same n after it is harmless
+  /// (n replaces the resumed position, it does not add to it).
+  template <typename Loader>
+  PreparedDataLoader<Loader>& skip_first_batches(
+      PreparedDataLoader<Loader>& loader, int64_t n) {
+    if (n < 0) {
+      throw_negative_skip(n);
+    }
+    return loader.skip_first_batches(static_cast<size_t>(n));
+  }
+
+  /// accelerate's free_memory (and clear): forgets every prepared model,
+  /// optimizer, scheduler, data loader and registered object, resets the
+  /// step count, and returns cached GPU memory to the driver. Objects
+  /// prepared before are released by the Accelerator: using them again is
+  /// an ampkit::UsageError; prepare new ones (find_executable_batch_size
+  /// retries do this).
+  void free_memory();
+  void clear() {
+    free_memory();
   }
 
   /// loss.backward(), divided by gradient_accumulation_steps and scaled by
@@ -207,6 +239,16 @@ class Accelerator {
   /// A guard running its scope under the Accelerator's autocast, for work
   /// outside the prepared forward (a disabled guard for precision no).
   Autocast autocast() const;
+
+  /// accelerate's profile(): LibTorch's profiler on this thread until the
+  /// returned Profiler stops (stop() or its end of scope), with
+  /// AcceleratorOptions::profile_options; the Chrome trace goes to
+  /// output_trace_dir/profile_<process_index>.json. Print its table():
+  ///   auto prof = accelerator.profile();
+  ///   ... train ...
+  ///   prof.stop();
+  ///   accelerator.print(prof.table());
+  diag::Profiler profile() const;
 
   /// Starts the trackers of log_with in project_dir/project_name (the run
   /// directory), writing the run's configuration there: the resolved
@@ -305,6 +347,46 @@ class Accelerator {
   int64_t num_processes() const;
   /// Blocks until every process reaches it.
   void wait_for_everyone();
+  // gather, reduce, gather_for_metrics, broadcast and pad_across_processes
+  // also take tensors nested in pairs, tuples, vectors and maps (accelerate's
+  // recursively_apply): each tensor inside is collected in turn, in the same
+  // order on every process, and the structure comes back with the results:
+  //   auto [predictions, references] = accelerator.gather_for_metrics(
+  //       std::make_tuple(predictions, batch.target));
+  template <typename T, typename = detail::if_nested<T>>
+  T gather(const T& data) {
+    return recursively_apply([this](const auto& t) { return gather(t); }, data);
+  }
+  template <typename T, typename = detail::if_nested<T>>
+  T reduce(const T& data, ReduceOp op = ReduceOp::sum) {
+    return recursively_apply(
+        [this, op](const auto& t) { return reduce(t, op); }, data);
+  }
+  template <typename T, typename = detail::if_nested<T>>
+  T gather_for_metrics(const T& data) {
+    return recursively_apply(
+        [this](const auto& t) { return gather_for_metrics(t); }, data);
+  }
+  template <typename T, typename = detail::if_nested<T>>
+  T broadcast(const T& data, int64_t from_process = 0) {
+    return recursively_apply(
+        [this, from_process](const auto& t) {
+          return broadcast(t, from_process);
+        },
+        data);
+  }
+  template <typename T, typename = detail::if_nested<T>>
+  T pad_across_processes(
+      const T& data,
+      int64_t dim = 0,
+      double pad_index = 0,
+      bool pad_first = false) {
+    return recursively_apply(
+        [=](const auto& t) {
+          return pad_across_processes(t, dim, pad_index, pad_first);
+        },
+        data);
+  }
   /// Concatenates `tensor` from every process on dim 0; a 0-dim tensor
   /// becomes shape [num_processes()], so shapes do not depend on whether
   /// training is distributed.
@@ -388,6 +470,7 @@ class Accelerator {
   [[noreturn]] void throw_unsharded_loader() const;
   /// [begin, end) of this process's share of n items, and the largest share.
   std::tuple<int64_t, int64_t, int64_t> share_of(int64_t n) const;
+  [[noreturn]] static void throw_negative_skip(int64_t n);
   void backward_unhinted(
       const torch::Tensor& loss, bool retain_graph, bool create_graph);
   /// A UsageError unless `model` was prepared by this Accelerator.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,9 +17,11 @@
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/amp/precision.h"
 #include "ampkit/config/config.h"
+#include "ampkit/diag/profiler.h"
 #include "ampkit/dist/ddp.h"
 #include "ampkit/dist/env.h"
 #include "ampkit/dist/process_group.h"
+#include "ampkit/track/tracker.h"
 #include "ampkit/utils/env.h"
 
 namespace ampkit {
@@ -165,6 +168,13 @@ struct AcceleratorOptions {
   /// Trackers init_trackers starts: a comma-separated list of jsonl, csv,
   /// tensorboard, or "all". Default none.
   TORCH_ARG(std::optional<std::string>, log_with);
+  /// Your own trackers beside log_with's (accelerate's GeneralTracker
+  /// instances in log_with): init_trackers hands each the run's
+  /// configuration, log and end_training reach them as the built-in ones.
+  /// Default none.
+  TORCH_ARG(std::vector<std::shared_ptr<track::Tracker>>, trackers);
+  /// What Accelerator::profile() records (accelerate's ProfileKwargs).
+  TORCH_ARG(diag::ProfileOptions, profile_options);
   // Distributed runs (several processes started by ampkit launch, torchrun,
   // Slurm or OpenMPI; see ampkit/dist/env.h).
   /// Before each collective, compare shapes across processes and fail with
@@ -217,6 +227,8 @@ struct ResolvedAcceleratorOptions {
   bool loss_scaling{};
   GradScalerOptions grad_scaler;
   std::vector<std::string> log_with;
+  std::vector<std::shared_ptr<track::Tracker>> trackers;  ///< as given
+  diag::ProfileOptions profile_options;                   ///< as given
   dist::DistEnv dist;
   bool debug{};
   int64_t zero_stage{};

@@ -27,6 +27,7 @@ namespace ampkit {
 namespace detail {
 /// The Accelerator's shared state; prepared objects keep it alive.
 struct AcceleratorState;
+struct PreparedOptimizerEntry;
 
 /// The autocast settings of the prepared forward; nullptr for precision no.
 const AutocastOptions* forward_autocast(AcceleratorState& state);
@@ -49,9 +50,14 @@ struct LoaderPosition {
 };
 std::shared_ptr<LoaderPosition> register_loader(
     AcceleratorState& state, const data::ShardedSampler& sampler);
+/// A PreparedDataLoader without a ShardedSampler was asked `what`.
+[[noreturn]] void throw_no_sampler(const char* what);
 /// Distributed runs: whether gradients of this model are synchronised
 /// across processes, and the synchronizer's calls around its forward.
 bool is_distributed(const AcceleratorState& state);
+/// A UsageError when free_memory() released `module`.
+void check_not_released(
+    const AcceleratorState& state, const torch::nn::Module& module);
 void before_forward(AcceleratorState& state, const torch::nn::Module& module);
 void after_forward(
     AcceleratorState& state,
@@ -101,6 +107,7 @@ class PreparedModel : public PreparedModelBase {
   auto operator()(Args&&... args) {
     // LibTorch's errors leave with an `ampkit hint:` where one applies.
     try {
+      detail::check_not_released(*state_, *module_);
       if (!detail::is_distributed(*state_)) {
         return forward_under_autocast(std::forward<Args>(args)...);
       }
@@ -179,6 +186,9 @@ class PreparedOptimizer {
   void step_unhinted();
   void step_optimizer();
   std::vector<torch::Tensor> optimizer_parameters() const;
+  // This optimizer's entry in the Accelerator; a UsageError once
+  // free_memory() released it.
+  detail::PreparedOptimizerEntry& entry() const;
 
   torch::optim::Optimizer* optimizer_;
   size_t index_;
@@ -320,8 +330,27 @@ class PreparedDataLoader {
   const data::ShardedSampler* sampler() const {
     return sampler_ ? &*sampler_ : nullptr;
   }
+  /// Batches per epoch on this process (Python's len(dataloader)).
+  size_t size() const {
+    return checked_sampler("size()").batches_per_epoch(
+        loader_->options().batch_size);
+  }
+  /// The next epoch starts at batch n (accelerate's skip_first_batches;
+  /// see ShardedSampler::skip_first_batches). Returns this loader.
+  PreparedDataLoader& skip_first_batches(size_t n) {
+    checked_sampler("skip_first_batches").skip_first_batches(n);
+    return *this;
+  }
 
  private:
+  // A copy shares the sampler's state (see ShardedSampler).
+  data::ShardedSampler checked_sampler(const char* what) const {
+    if (!sampler_) {
+      detail::throw_no_sampler(what);
+    }
+    return *sampler_;
+  }
+
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<detail::AcceleratorState> state_;
   std::optional<data::ShardedSampler> sampler_;

@@ -89,6 +89,11 @@ class ShardedSampler : public torch::data::samplers::Sampler<> {
   int64_t epoch() const;
   /// The epoch the next reset() starts.
   void set_epoch(int64_t epoch);
+  /// accelerate's skip_first_batches: the next epoch starts at batch `n`
+  /// (an epoch resumed by load() keeps its epoch, and `n` replaces the
+  /// skip load() set, so a ported script that skips its resume step after
+  /// load_state skips it once). n beyond the epoch yields nothing.
+  void skip_first_batches(size_t n);
   size_t dataset_size() const;
   /// Real samples in the last step's batches gathered over all processes:
   /// n % (W*B) (split_batches: n % B), for dropping the padding from

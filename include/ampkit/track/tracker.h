@@ -36,12 +36,25 @@ constexpr const char* kGpuMemoryMb = "gpu_memory_mb";
 constexpr const char* kGpuUtilization = "gpu_utilization";  ///< percent
 
 /// One destination for metrics. Implementations write as they go, so a run
-/// that crashes keeps what was logged before.
+/// that crashes keeps what was logged before. Derive from it for your own
+/// tracker (accelerate's GeneralTracker) and pass it in
+/// AcceleratorOptions::trackers.
 class Tracker {
  public:
   virtual ~Tracker() = default;
-  /// "jsonl", "csv" or "tensorboard".
+  /// "jsonl", "csv" or "tensorboard"; your tracker's own name.
   virtual std::string name() const = 0;
+  /// Receives the run's configuration once, from init_trackers (the
+  /// built-in trackers wrote config.json when make_tracker created them,
+  /// so they keep this default, which does nothing).
+  virtual void store_init_configuration(const RunConfig& config) {
+    (void)config;
+  }
+  /// Whether only the main process runs this tracker (accelerate's
+  /// main_process_only, default true); false runs it on every process.
+  virtual bool main_process_only() const {
+    return true;
+  }
   /// Records `metrics` at `step`; wall_time in seconds since the epoch.
   virtual void log(const Metrics& metrics, int64_t step, double wall_time) = 0;
   /// Flushes and closes; later log calls are errors.

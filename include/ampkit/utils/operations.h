@@ -44,6 +44,13 @@ struct is_example<torch::data::Example<D, T>> : std::true_type {
   // Example<D, NoTarget> (NoTarget is void) has no target member.
   static constexpr bool has_target = !std::is_void_v<T>;
 };
+/// The containers recursively_apply looks into (not a tensor itself).
+template <typename T>
+inline constexpr bool is_nested_v =
+    is_pair<T>::value || is_tuple<T>::value || is_vector<T>::value ||
+    is_map<T>::value || is_example<T>::value;
+template <typename T>
+using if_nested = std::enable_if_t<is_nested_v<std::decay_t<T>>>;
 }  // namespace detail
 
 /// accelerate's recursively_apply: `value` with every torch::Tensor inside it
@@ -56,13 +63,15 @@ T recursively_apply(const Fn& fn, T value) {
   if constexpr (std::is_same_v<V, torch::Tensor>) {
     return fn(std::move(value));
   } else if constexpr (detail::is_pair<V>::value) {
-    return V(
+    // Braces evaluate left to right: collectives run in one order on every
+    // process.
+    return V{
         recursively_apply(fn, std::move(value.first)),
-        recursively_apply(fn, std::move(value.second)));
+        recursively_apply(fn, std::move(value.second))};
   } else if constexpr (detail::is_tuple<V>::value) {
     return std::apply(
         [&fn](auto&&... elements) {
-          return V(recursively_apply(fn, std::move(elements))...);
+          return V{recursively_apply(fn, std::move(elements))...};
         },
         std::move(value));
   } else if constexpr (detail::is_vector<V>::value) {
