@@ -2,7 +2,10 @@
 // gather, reduce, broadcast, padding and the cross-process trigger.
 #include "ampkit/accelerator/accelerator.h"
 
+#include <torch/serialize.h>
+
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -52,6 +55,61 @@ torch::Tensor Accelerator::gather(const torch::Tensor& tensor) {
     return t;
   }
   return torch::cat(state_->group->all_gather(t), 0);
+}
+
+std::vector<char> Accelerator::to_pickle(const c10::IValue& value) {
+  return torch::pickle_save(value);
+}
+
+c10::IValue Accelerator::from_pickle(const std::vector<char>& bytes) {
+  return torch::pickle_load(bytes);
+}
+
+namespace {
+torch::Tensor byte_tensor(const std::vector<char>& bytes, size_t length) {
+  auto t = torch::zeros({static_cast<int64_t>(length)}, torch::kUInt8);
+  std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  return t;
+}
+std::vector<char> bytes_of(const torch::Tensor& t, int64_t length) {
+  const auto cpu = t.to(torch::kCPU).contiguous();
+  const auto* p = reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>());
+  return std::vector<char>(p, p + length);
+}
+}  // namespace
+
+std::vector<std::vector<char>> Accelerator::gather_bytes(
+    const std::vector<char>& bytes) {
+  if (!state_->group) {
+    return {bytes};
+  }
+  const auto lengths =
+      gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong))
+          .to(torch::kCPU);
+  const int64_t longest = lengths.max().item<int64_t>();
+  const auto all =
+      gather(byte_tensor(bytes, static_cast<size_t>(longest)).unsqueeze(0));
+  std::vector<std::vector<char>> out;
+  for (int64_t r = 0; r < all.size(0); ++r) {
+    out.push_back(bytes_of(all[r], lengths[r].item<int64_t>()));
+  }
+  return out;
+}
+
+std::vector<char> Accelerator::broadcast_bytes(
+    const std::vector<char>& bytes, int64_t from_process) {
+  const auto length = broadcast(
+      torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong),
+      from_process);
+  if (!state_->group) {
+    return bytes;
+  }
+  const int64_t n = length.to(torch::kCPU).item<int64_t>();
+  const auto all = broadcast(
+      process_index() == from_process ? byte_tensor(bytes, bytes.size())
+                                      : torch::zeros({n}, torch::kUInt8),
+      from_process);
+  return bytes_of(all, n);
 }
 
 torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {

@@ -1048,6 +1048,25 @@ TEST_F(AcceleratorDirTest, CustomTrackerGetsTheConfigAndLogsBesideBuiltIns) {
       ThrowsMessage<InvalidArgument>(HasSubstr("null tracker")));
 }
 
+// One process: gather_object is [object] (a vector, itself), and
+// broadcast_object_list from process 0 keeps the list; another process is
+// refused.
+TEST(AcceleratorTest, ObjectCollectivesWithOneProcess) {
+  Accelerator accelerator(quiet());
+  EXPECT_EQ(
+      accelerator.gather_object(std::string("only")),
+      std::vector<std::string>{"only"});
+  EXPECT_EQ(
+      accelerator.gather_object(std::vector<double>{1.5, 2.5}),
+      (std::vector<double>{1.5, 2.5}));
+  std::vector<int64_t> list{3, 4};
+  EXPECT_EQ(
+      accelerator.broadcast_object_list(list), (std::vector<int64_t>{3, 4}));
+  EXPECT_THAT(
+      [&] { accelerator.broadcast_object_list(list, 1); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("got 1")));
+}
+
 // accelerate's `accelerator.gradient_accumulation_steps = n`.
 TEST(AcceleratorTest, GradientAccumulationStepsCanBeSetBetweenTries) {
   Accelerator accelerator(quiet().gradient_accumulation_steps(4));

@@ -325,7 +325,7 @@ TEST_F(DistTest, NoSyncKeepsLocalGradientsUntilTheNextSynchronisingBackward) {
   expect_all_ok(run(2, {"no_sync"}));
 }
 
-TEST_F(DistTest, CollectivesTakeTuplesMapsAndVectorsOfTensors) {
+TEST_F(DistTest, CollectivesTakeNestedTensorsAndObjects) {
   expect_all_ok(run(2, {"nested_collectives"}));
 }
 

@@ -327,6 +327,23 @@ int nested_collectives() {
       gathered.size() == 2 && gathered[0].numel() == 2 &&
           gathered[1].numel() == 4 && gathered[1][3].item<float>() == 1,
       "gather over a vector");
+  // gather_object / broadcast_object_list: any c10::IValue, pickled.
+  const int64_t rank = accelerator.process_index();
+  const auto names =
+      accelerator.gather_object(std::string(rank == 0 ? "zero" : "one!"));
+  CHECK_OR_FAIL(
+      names == std::vector<std::string>({"zero", "one!"}),
+      "gather_object of strings of different lengths");
+  const auto numbers =
+      accelerator.gather_object(std::vector<int64_t>(rank + 1, rank + 10));
+  CHECK_OR_FAIL(
+      numbers == std::vector<int64_t>({10, 11, 11}),
+      "gather_object of vectors concatenates them in process order");
+  std::vector<std::string> list{"from", "rank", std::to_string(rank)};
+  accelerator.broadcast_object_list(list, 1);
+  CHECK_OR_FAIL(
+      list == std::vector<std::string>({"from", "rank", "1"}),
+      "broadcast_object_list from process 1");
   return 0;
 }
 

@@ -2,6 +2,7 @@
 // mixed-precision, gradient-accumulating one, as Hugging Face accelerate does.
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <torch/data/dataloader.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -347,6 +348,41 @@ class Accelerator {
   int64_t num_processes() const;
   /// Blocks until every process reaches it.
   void wait_for_everyone();
+  /// accelerate's gather_object: every process's `object`, in process
+  /// order, for anything c10::IValue holds (numbers, strings, tensors, and
+  /// vectors and dicts of them). Objects travel pickled by LibTorch's
+  /// pickler, as accelerate pickles them. A collective.
+  template <typename T>
+  std::vector<T> gather_object(const T& object) {
+    std::vector<T> all;
+    for (const auto& bytes : gather_bytes(to_pickle(c10::IValue(object)))) {
+      all.push_back(from_pickle(bytes).template to<T>());
+    }
+    return all;
+  }
+  /// A vector is gathered into one: the processes' elements in process
+  /// order (accelerate concatenates gathered lists).
+  template <typename T>
+  std::vector<T> gather_object(const std::vector<T>& objects) {
+    std::vector<T> all;
+    for (const auto& bytes : gather_bytes(to_pickle(c10::IValue(objects)))) {
+      auto part = from_pickle(bytes).template to<std::vector<T>>();
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  }
+  /// accelerate's broadcast_object_list: `from_process`'s objects replace
+  /// every process's, in place; returns them. A collective.
+  template <typename T>
+  std::vector<T>& broadcast_object_list(
+      std::vector<T>& objects, int64_t from_process = 0) {
+    const auto bytes = broadcast_bytes(
+        process_index() == from_process ? to_pickle(c10::IValue(objects))
+                                        : std::vector<char>{},
+        from_process);
+    objects = from_pickle(bytes).template to<std::vector<T>>();
+    return objects;
+  }
   // gather, reduce, gather_for_metrics, broadcast and pad_across_processes
   // also take tensors nested in pairs, tuples, vectors and maps (accelerate's
   // recursively_apply): each tensor inside is collected in turn, in the same
@@ -471,6 +507,13 @@ class Accelerator {
   /// [begin, end) of this process's share of n items, and the largest share.
   std::tuple<int64_t, int64_t, int64_t> share_of(int64_t n) const;
   [[noreturn]] static void throw_negative_skip(int64_t n);
+  // gather_object and broadcast_object_list: bytes through the process
+  // group (lengths first, then the padded bytes).
+  std::vector<std::vector<char>> gather_bytes(const std::vector<char>& bytes);
+  std::vector<char> broadcast_bytes(
+      const std::vector<char>& bytes, int64_t from_process);
+  static std::vector<char> to_pickle(const c10::IValue& value);
+  static c10::IValue from_pickle(const std::vector<char>& bytes);
   void backward_unhinted(
       const torch::Tensor& loss, bool retain_graph, bool create_graph);
   /// A UsageError unless `model` was prepared by this Accelerator.
