@@ -226,7 +226,14 @@ TEST_F(DoctorRunTest, RunsEveryCheckOnThisMachine) {
   const CheckResult* config = find_check(report, "config");
   EXPECT_EQ(config->status, CheckStatus::ok);
   EXPECT_EQ(config->value, "none (defaults)");
-  EXPECT_EQ(find_check(report, "disk")->status, CheckStatus::ok) << table;
+  // The disk check follows the free space of project_dir (the temp
+  // directory here), which a busy machine can be short of.
+  const auto available = fs::space(fs::temp_directory_path()).available;
+  const CheckStatus disk = available >= (uintmax_t(10) << 30) ? CheckStatus::ok
+                           : available >= (uintmax_t(1) << 30)
+                               ? CheckStatus::warn
+                               : CheckStatus::fail;
+  EXPECT_EQ(find_check(report, "disk")->status, disk) << table;
 }
 
 TEST_F(DoctorRunTest, ConfigWithAnUnknownKeyWarnsAndNamesIt) {
