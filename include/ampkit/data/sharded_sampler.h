@@ -31,7 +31,8 @@ struct ShardedSamplerOptions {
   /// Pad the epoch by repeating samples from its start (cycling when n is
   /// smaller than a global batch) so every process gets the same number of
   /// full batches; false cuts the last global batch as it falls; default
-  /// true (accelerate's default). Ignored with drop_last.
+  /// true (accelerate's default). Ignored with drop_last, and with one
+  /// process, whose last batch stays short (as accelerate's loader).
   TORCH_ARG(bool, even_batches) = true;
   /// The loader's batch size is the global batch, each process gets a
   /// contiguous B/W of it (B must be a multiple of W); false gives each
