@@ -378,7 +378,7 @@ struct Args {
 
 inline void add_common_flags(CLI::App& app, Args& args) {
   app.add_option(
-         "--mixed_precision,--mixed-precision",
+         examples::flags("mixed-precision"),
          args.mixed_precision,
          "Whether to use mixed precision: no, fp16 or bf16 (fp8 is "
          "refused: no LibTorch CPU or CUDA autocast takes it)")

@@ -168,11 +168,16 @@ bool is_distributed(const AcceleratorState& state) {
   return state.group != nullptr;
 }
 
+bool prepared_here(
+    const AcceleratorState& state, const torch::nn::Module& module) {
+  return std::any_of(state.models.begin(), state.models.end(), [&](auto& m) {
+    return m.get() == &module;
+  });
+}
+
 void check_not_released(
     const AcceleratorState& state, const torch::nn::Module& module) {
-  if (std::none_of(state.models.begin(), state.models.end(), [&](auto& m) {
-        return m.get() == &module;
-      })) {
+  if (!prepared_here(state, module)) {
     throw UsageError(
         kComponent,
         "this model was prepared before accelerator.free_memory(), which "
@@ -607,10 +612,8 @@ void Accelerator::free_memory() {
 }
 
 void Accelerator::check_prepared(const PreparedModelBase& model) const {
-  for (const auto& m : state_->models) {
-    if (m == model.module_ptr()) {
-      return;
-    }
+  if (detail::prepared_here(*state_, *model.module_ptr())) {
+    return;
   }
   throw UsageError(
       kComponent,

@@ -189,16 +189,21 @@ std::string checkpoints_dir(const detail::AcceleratorState& st) {
 
 }  // namespace
 
-size_t Accelerator::register_save_state_pre_hook(StateHook hook) {
-  auto& st = *state_;
-  st.state_hooks.push_back({st.next_hook_handle, true, std::move(hook)});
+namespace {
+// A hook run before save_state (save) or load_state; returns its handle.
+size_t add_state_hook(
+    detail::AcceleratorState& st, bool save, Accelerator::StateHook hook) {
+  st.state_hooks.push_back({st.next_hook_handle, save, std::move(hook)});
   return st.next_hook_handle++;
+}
+}  // namespace
+
+size_t Accelerator::register_save_state_pre_hook(StateHook hook) {
+  return add_state_hook(*state_, /*save=*/true, std::move(hook));
 }
 
 size_t Accelerator::register_load_state_pre_hook(StateHook hook) {
-  auto& st = *state_;
-  st.state_hooks.push_back({st.next_hook_handle, false, std::move(hook)});
-  return st.next_hook_handle++;
+  return add_state_hook(*state_, /*save=*/false, std::move(hook));
 }
 
 void Accelerator::remove_state_hook(size_t handle) {

@@ -87,8 +87,10 @@ std::vector<std::vector<char>> Accelerator::gather_bytes(
       gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong))
           .to(torch::kCPU);
   const int64_t longest = lengths.max().item<int64_t>();
+  // One copy to the host for every process's bytes.
   const auto all =
-      gather(byte_tensor(bytes, static_cast<size_t>(longest)).unsqueeze(0));
+      gather(byte_tensor(bytes, static_cast<size_t>(longest)).unsqueeze(0))
+          .to(torch::kCPU);
   std::vector<std::vector<char>> out;
   for (int64_t r = 0; r < all.size(0); ++r) {
     out.push_back(bytes_of(all[r], lengths[r].item<int64_t>()));

@@ -60,7 +60,7 @@ size_t count_batches(
   if (options.drop_last() || rest == 0) {
     return full;
   }
-  if (options.even_batches()) {
+  if (pads(options)) {
     return full + 1;
   }
   const auto r = static_cast<size_t>(options.process_index());

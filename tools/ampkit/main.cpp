@@ -539,7 +539,7 @@ int main(int argc, char** argv) {
                                    : launch_config_file;
       const bool has_config = std::filesystem::exists(path);
       std::vector<std::string> defaults;
-      if (std::filesystem::exists(path)) {
+      if (has_config) {
         const auto c = ampkit::config::load_config(path);
         auto from = [&](const char* key, auto& field, auto value) {
           if (given[key]->count() == 0) {
