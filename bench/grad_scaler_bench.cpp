@@ -1,9 +1,10 @@
 // GradScaler cost per step on a ~10M-parameter MLP with fp32 gradients on
 // the CPU: scale + unscale_ + step + update against a plain
-// optimizer.step(), and, where LibTorch has ATen's fused kernels (2.4+),
-// the fused step with loss scaling folded in against the fused step alone
-// and against optimizer.step(). The arms alternate step by step in one
-// process; the figures are ratios of their medians.
+// optimizer.step(), and the fused step with loss scaling folded in against
+// the fused step alone and against optimizer.step(): ATen's fused kernels
+// where LibTorch has them (2.4+), else ampkit's own CPU Adam/AdamW pass (the
+// Accelerator's choice, in the same order). The arms alternate step by step
+// in one process; the figures are ratios of their medians.
 //
 //   build/bench/grad_scaler_bench [--threads N] [--steps N]
 #include <ampkit/ampkit.h>
@@ -16,6 +17,8 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+
+#include "optim/fused_step.h"
 
 namespace {
 
@@ -40,8 +43,9 @@ torch::nn::Sequential make_mlp() {
 struct Result {
   double plain_ms;         // optimizer.step()
   double scaled_ms;        // scale + unscale_ + optimizer.step() + update
-  double fused_ms;         // optim::aten_fused_step alone
+  double fused_ms;         // the fused step alone
   double fused_scaled_ms;  // scale + step_supporting_amp_scaling + update
+  const char* kernel;      // whose fused step: "ATen", "ampkit" or "none"
 };
 
 template <typename MakeOptimizer>
@@ -59,8 +63,19 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
   auto scaled_opt = make_optimizer(params);
   auto fused_opt = make_optimizer(params);
   auto fused_scaled_opt = make_optimizer(params);
-  const bool fused =
+  const bool aten =
       !ampkit::optim::aten_fused_step_unsupported_reason(*fused_opt);
+  const bool fused =
+      aten || !ampkit::detail::fused_step_unsupported_reason(*fused_opt);
+  auto fused_step = [&](torch::optim::Optimizer& optimizer,
+                        const torch::Tensor& grad_scale,
+                        const torch::Tensor& found_inf) {
+    if (aten) {
+      ampkit::optim::aten_fused_step(optimizer, grad_scale, found_inf);
+    } else {
+      ampkit::detail::fused_step(optimizer, grad_scale, found_inf);
+    }
+  };
   ampkit::GradScaler scaler;
   ampkit::GradScaler fused_scaler;
   const auto loss = torch::tensor(1.0f);
@@ -91,14 +106,13 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
     double c = 0;
     double d = 0;
     if (fused) {
-      c = time([&] { ampkit::optim::aten_fused_step(*fused_opt); });
+      c = time([&] { fused_step(*fused_opt, {}, {}); });
       d = time([&] {
         fused_scaler.scale(loss);
         fused_scaler.step_supporting_amp_scaling(
             *fused_scaled_opt,
             [&](const torch::Tensor& grad_scale, const torch::Tensor& inf) {
-              ampkit::optim::aten_fused_step(
-                  *fused_scaled_opt, grad_scale, inf);
+              fused_step(*fused_scaled_opt, grad_scale, inf);
             });
         fused_scaler.update();
       });
@@ -115,7 +129,10 @@ Result measure(MakeOptimizer make_optimizer, int steps) {
       median(plain),
       median(scaled),
       fused ? median(fused_alone) : nan,
-      fused ? median(fused_scaled) : nan};
+      fused ? median(fused_scaled) : nan,
+      aten    ? "ATen"
+      : fused ? "ampkit"
+              : "none"};
 }
 
 }  // namespace
@@ -147,12 +164,13 @@ int main(int argc, char** argv) {
       TORCH_VERSION);
   std::printf(
       "Arms: step = optimizer.step(); scaled = scale + unscale_ + step() + "
-      "update;\n      fused = optim::aten_fused_step; fused+scaling = scale "
-      "+ step_supporting_amp_scaling(aten_fused_step) + update (ATen's "
-      "kernels, LibTorch >= 2.4)\n");
+      "update;\n      fused = the fused step (ATen's kernels from LibTorch "
+      "2.4, else ampkit's Adam/AdamW pass); fused+scaling = scale +\n      "
+      "step_supporting_amp_scaling(fused step) + update\n");
   std::printf(
-      "%-14s %9s %9s %9s %14s   %-13s %-14s %-14s\n",
+      "%-14s %-7s %9s %9s %9s %14s   %-13s %-14s %-14s\n",
       "optimizer",
+      "kernel",
       "step ms",
       "scaled",
       "fused",
@@ -162,8 +180,9 @@ int main(int argc, char** argv) {
       "fused+sc/fused");
   auto report = [](const char* name, const Result& r) {
     std::printf(
-        "%-14s %9.3f %9.3f %9.3f %14.3f   %-13.3f %-14.3f %-14.3f\n",
+        "%-14s %-7s %9.3f %9.3f %9.3f %14.3f   %-13.3f %-14.3f %-14.3f\n",
         name,
+        r.kernel,
         r.plain_ms,
         r.scaled_ms,
         r.fused_ms,

@@ -1,8 +1,9 @@
-// One read and one write per value of param, exp_avg and exp_avg_sq, in the
-// rounding order of the ~10 ATen ops LibTorch 1.13 runs per parameter. Built
-// with -O3 (vectorises the loop), OpenMP, -fno-math-errno (lets sqrt
-// vectorise) and -ffp-contract=off (the multiply-adds fused below are the
-// ones ATen fuses, and no others), see src/CMakeLists.txt.
+// One read and one write per value of param, exp_avg and exp_avg_sq (and of
+// the gradient when it is unscaled on the way), in the rounding order of the
+// ~10 ATen ops LibTorch 1.13 runs per parameter. Built with -O3 (vectorises the
+// loop), OpenMP, -fno-math-errno (lets sqrt vectorise) and -ffp-contract=off
+// (the multiply-adds fused below are the ones ATen fuses, and no others), see
+// src/CMakeLists.txt.
 #include "optim/fused_kernel.h"
 
 #include <algorithm>
@@ -24,10 +25,10 @@ inline float mul_add(float a, float b, float c) {
   }
 }
 
-template <bool kFma, WeightDecayMode kMode>
+template <bool kFma, WeightDecayMode kMode, bool kUnscale>
 __attribute__((always_inline)) inline void span(
     float* __restrict param,
-    const float* __restrict grad,
+    float* __restrict grad,
     float* __restrict exp_avg,
     float* __restrict exp_avg_sq,
     int64_t n,
@@ -40,9 +41,14 @@ __attribute__((always_inline)) inline void span(
   const float eps = s.eps;
   const float neg_step_size = s.neg_step_size;
   const float decay = s.decay;
+  const float inv_scale = s.inv_scale;
   for (int64_t i = 0; i < n; ++i) {
     float p = param[i];
     float g = grad[i];
+    if constexpr (kUnscale) {
+      g = g * inv_scale;  // GradScaler::unscale_: grad.mul_(inv_scale)
+      grad[i] = g;
+    }
     if constexpr (kMode == WeightDecayMode::kDecoupled) {
       p = p * decay;  // p.mul_(1 - lr * wd)
     } else if constexpr (kMode == WeightDecayMode::kL2) {
@@ -62,38 +68,54 @@ __attribute__((always_inline)) inline void span(
   }
 }
 
-template <bool kFma>
-__attribute__((always_inline)) inline void span_any(
+template <bool kFma, bool kUnscale>
+__attribute__((always_inline)) inline void span_mode(
     float* param,
-    const float* grad,
+    float* grad,
     float* exp_avg,
     float* exp_avg_sq,
     int64_t n,
     const AdamKernelScalars& s) {
   switch (s.mode) {
     case WeightDecayMode::kNone:
-      span<kFma, WeightDecayMode::kNone>(
+      span<kFma, WeightDecayMode::kNone, kUnscale>(
           param, grad, exp_avg, exp_avg_sq, n, s);
       break;
     case WeightDecayMode::kL2:
-      span<kFma, WeightDecayMode::kL2>(param, grad, exp_avg, exp_avg_sq, n, s);
+      span<kFma, WeightDecayMode::kL2, kUnscale>(
+          param, grad, exp_avg, exp_avg_sq, n, s);
       break;
     case WeightDecayMode::kDecoupled:
-      span<kFma, WeightDecayMode::kDecoupled>(
+      span<kFma, WeightDecayMode::kDecoupled, kUnscale>(
           param, grad, exp_avg, exp_avg_sq, n, s);
       break;
   }
 }
 
-using SpanFn = void (*)(
-    float*, const float*, float*, float*, int64_t, const AdamKernelScalars&);
+template <bool kFma>
+__attribute__((always_inline)) inline void span_any(
+    float* param,
+    float* grad,
+    float* exp_avg,
+    float* exp_avg_sq,
+    int64_t n,
+    const AdamKernelScalars& s) {
+  if (s.unscale) {
+    span_mode<kFma, true>(param, grad, exp_avg, exp_avg_sq, n, s);
+  } else {
+    span_mode<kFma, false>(param, grad, exp_avg, exp_avg_sq, n, s);
+  }
+}
+
+using SpanFn =
+    void (*)(float*, float*, float*, float*, int64_t, const AdamKernelScalars&);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // x86-64's baseline has no FMA: ATen picks its AVX2/AVX-512 kernels (fused
 // fmadd) at run time, so this file does the same.
 __attribute__((target("fma"))) void span_fma(
     float* param,
-    const float* grad,
+    float* grad,
     float* exp_avg,
     float* exp_avg_sq,
     int64_t n,
@@ -103,7 +125,7 @@ __attribute__((target("fma"))) void span_fma(
 
 void span_no_fma(
     float* param,
-    const float* grad,
+    float* grad,
     float* exp_avg,
     float* exp_avg_sq,
     int64_t n,
@@ -119,7 +141,7 @@ SpanFn pick_span() {
 // vectors use it.
 void span_fma(
     float* param,
-    const float* grad,
+    float* grad,
     float* exp_avg,
     float* exp_avg_sq,
     int64_t n,
@@ -136,7 +158,7 @@ SpanFn pick_span() {
 
 void adam_step(
     float* param,
-    const float* grad,
+    float* grad,
     float* exp_avg,
     float* exp_avg_sq,
     int64_t n,

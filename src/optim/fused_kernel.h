@@ -27,14 +27,20 @@ struct AdamKernelScalars {
   /// kL2: weight_decay; kDecoupled: 1 - lr * weight_decay; kNone: unused.
   float decay = 0;
   WeightDecayMode mode = WeightDecayMode::kNone;
+  /// The gradients are still multiplied by a loss scale: each is multiplied
+  /// by inv_scale as it is read (GradScaler::unscale_'s arithmetic) and
+  /// stored back unscaled, as unscale_ would have left it.
+  bool unscale = false;
+  float inv_scale = 1;  ///< float(1 / double(scale)), as unscale_ rounds it
 };
 
 /// One Adam/AdamW step over n contiguous elements, in place on param,
-/// exp_avg and exp_avg_sq, in LibTorch 1.13's op order. Splits the work over
+/// exp_avg and exp_avg_sq (and grad when s.unscale), in LibTorch 1.13's op
+/// order. Splits the work over
 /// `threads` OpenMP threads (pass LibTorch's intra-op thread count).
 void adam_step(
     float* param,
-    const float* grad,
+    float* grad,
     float* exp_avg,
     float* exp_avg_sq,
     int64_t n,

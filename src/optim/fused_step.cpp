@@ -11,12 +11,15 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
 
 #include "amp/compat.h"
+#include "ampkit/error.h"
 #include "optim/fused_kernel.h"
 #include "optim/param_info.h"
 
@@ -105,7 +108,10 @@ std::optional<std::string> reason_for(
 // WeightDecayMode::kDecoupled marks AdamW; the rest is shared because
 // LibTorch's two step() bodies differ only in where weight decay goes.
 template <typename Options, typename State>
-void step_all(torch::optim::Optimizer& optimizer, bool decoupled) {
+void step_all(
+    torch::optim::Optimizer& optimizer,
+    bool decoupled,
+    std::optional<float> inv_scale) {
   at::NoGradGuard no_grad;
   const int threads = at::get_num_threads();
   auto& state_map = optimizer.state();
@@ -138,6 +144,10 @@ void step_all(torch::optim::Optimizer& optimizer, bool decoupled) {
       const double bias_correction2 = 1 - std::pow(beta2, state.step());
       const double step_size = lr / bias_correction1;
       AdamKernelScalars s;
+      if (inv_scale) {
+        s.unscale = true;
+        s.inv_scale = *inv_scale;
+      }
       s.beta1 = static_cast<float>(beta1);
       s.one_minus_beta1 = static_cast<float>(1 - beta1);
       s.beta2 = static_cast<float>(beta2);
@@ -169,6 +179,9 @@ void step_all(torch::optim::Optimizer& optimizer, bool decoupled) {
       p.unsafeGetTensorImpl()->bump_version();
       exp_avg.unsafeGetTensorImpl()->bump_version();
       exp_avg_sq.unsafeGetTensorImpl()->bump_version();
+      if (s.unscale) {
+        grad.unsafeGetTensorImpl()->bump_version();
+      }
     }
   }
 }
@@ -193,13 +206,39 @@ std::optional<std::string> fused_step_unsupported_reason(
          c10::demangle(type.name()) + "." + kHint;
 }
 
-void fused_step(torch::optim::Optimizer& optimizer) {
+void fused_step(
+    torch::optim::Optimizer& optimizer,
+    const at::Tensor& grad_scale,
+    const at::Tensor& found_inf) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const at::Tensor*>{"grad_scale", &grad_scale},
+        {"found_inf", &found_inf}}) {
+    if (t->defined() && (!t->device().is_cpu() || t->dim() != 0 ||
+                         t->scalar_type() != at::kFloat)) {
+      throw InvalidArgument(
+          "fused_step",
+          std::string(name) +
+              " must be a 0-dim float32 CPU tensor (a CPU GradScaler's), "
+              "got " +
+              describe_tensor(*t) +
+              ". Create the GradScaler on the parameters' device (the "
+              "CPU).");
+    }
+  }
+  if (found_inf.defined() && found_inf.item<float>() != 0.0f) {
+    return;  // GradScaler::step skips optimizer.step()
+  }
+  std::optional<float> inv_scale;
+  if (grad_scale.defined()) {
+    // GradScaler::unscale_'s rounding: the reciprocal in double, then float.
+    inv_scale = static_cast<float>(1.0 / grad_scale.item<double>());
+  }
   if (typeid(optimizer) == typeid(torch::optim::AdamW)) {
     step_all<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
-        optimizer, /*decoupled=*/true);
+        optimizer, /*decoupled=*/true, inv_scale);
   } else {
     step_all<torch::optim::AdamOptions, torch::optim::AdamParamState>(
-        optimizer, /*decoupled=*/false);
+        optimizer, /*decoupled=*/false, inv_scale);
   }
 }
 

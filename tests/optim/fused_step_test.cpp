@@ -6,11 +6,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <vector>
 
 #include "amp/compat.h"
+#include "ampkit/amp/grad_scaler.h"
+#include "ampkit/error.h"
 #include "optim/param_info.h"
 #include "test_util.h"
 
@@ -202,6 +205,108 @@ TEST(FusedStepTest, FusedAdamWWithWeightDecayMatchesLibTorchAdamWOver100Steps) {
   EXPECT_LE(d.max_rel, kMaxRelDiff);
 }
 
+// GradScaler + fused_step(grad_scale, found_inf) against GradScaler +
+// unscale_ + optimizer.step() on a twin, over 200 scaled steps in which
+// gradients now and then hold an inf or a NaN (on one parameter, the rest
+// finite) and the scale now and then grows (growth_interval 3): the same
+// skipped steps, scales, step counts, unscaled gradients and weights.
+void expect_scaled_fused_step_matches_unscale_and_step(
+    Kind kind, double weight_decay) {
+  SCOPED_TRACE(kind == Kind::kAdam ? "Adam" : "AdamW");
+  torch::manual_seed(4);
+  auto params = make_params();
+  auto fused = make_optimizer(kind, params, weight_decay);
+  auto plain = make_optimizer(kind, clone_params(params), weight_decay);
+  const auto options = GradScalerOptions().init_scale(1024).growth_interval(3);
+  GradScaler fused_scaler(options);
+  GradScaler plain_scaler(options);
+  const torch::Tensor loss = torch::tensor(1.0f);
+  int skipped = 0;
+  double largest_scale = 0;
+  for (int step = 0; step < 200; ++step) {
+    fused_scaler.scale(loss);
+    plain_scaler.scale(loss);
+    ASSERT_EQ(fused_scaler.get_scale(), plain_scaler.get_scale());
+    // The gradients a scaled backward would leave.
+    auto pf = flat(*fused);
+    auto pp = flat(*plain);
+    for (size_t i = 0; i < pf.size(); ++i) {
+      auto g = torch::randn_like(pf[i]) * fused_scaler.get_scale();
+      if (step % 13 == 5 && i == step % pf.size()) {
+        g.view(-1)[g.numel() / 2] =
+            step % 2 == 0 ? std::numeric_limits<float>::infinity()
+                          : std::numeric_limits<float>::quiet_NaN();
+      }
+      pf[i].mutable_grad() = g.clone();
+      pp[i].mutable_grad() = g.clone();
+    }
+    ASSERT_EQ(fused_step_unsupported_reason(*fused), std::nullopt);
+    const torch::Tensor found_inf = fused_scaler.step_supporting_amp_scaling(
+        *fused, [&](const torch::Tensor& scale, const torch::Tensor& inf) {
+          fused_step(*fused, scale, inf);
+        });
+    const bool plain_stepped = plain_scaler.step(*plain).has_value();
+    const bool fused_stepped = found_inf.item<float>() == 0.0f;
+    ASSERT_EQ(fused_stepped, plain_stepped) << "step " << step;
+    skipped += fused_stepped ? 0 : 1;
+    if (fused_stepped) {
+      for (size_t i = 0; i < pf.size(); ++i) {
+        ASSERT_TRUE(torch::equal(pf[i].grad(), pp[i].grad()))
+            << "unscaled gradient of parameter " << i << " at step " << step;
+      }
+    }
+    fused_scaler.update();
+    plain_scaler.update();
+    largest_scale = std::max(largest_scale, plain_scaler.get_scale());
+  }
+  EXPECT_EQ(skipped, 15);  // step % 13 == 5 for step < 200
+  EXPECT_EQ(fused_scaler.get_scale(), plain_scaler.get_scale());
+  EXPECT_GT(largest_scale, 1024.0);  // it grew in between
+  for (auto& p : flat(*fused)) {
+    EXPECT_EQ(step_of(*fused, p), 200 - skipped);
+  }
+  const Diff d = compare(*fused, *plain);
+  record(d);
+  EXPECT_LE(d.max_rel, kMaxRelDiff);
+}
+
+TEST(FusedStepTest, ScaledFusedAdamMatchesGradScalerWithPlainStepOver200Steps) {
+  expect_scaled_fused_step_matches_unscale_and_step(Kind::kAdam, 0.05);
+}
+
+TEST(
+    FusedStepTest, ScaledFusedAdamWMatchesGradScalerWithPlainStepOver200Steps) {
+  expect_scaled_fused_step_matches_unscale_and_step(Kind::kAdamW, 0.05);
+}
+
+TEST(FusedStepTest, FoundInfLeavesEverythingAsItWas) {
+  torch::manual_seed(5);
+  auto params = make_params();
+  auto optimizer = make_optimizer(Kind::kAdamW, params, 0.01);
+  auto scratch = make_optimizer(Kind::kAdamW, clone_params(params), 0.01);
+  set_same_random_grads(*optimizer, *scratch);
+  fused_step(*optimizer);  // creates the state
+  set_same_random_grads(*optimizer, *scratch);
+  std::vector<torch::Tensor> before;
+  for (auto& p : flat(*optimizer)) {
+    before.push_back(p.detach().clone());
+    before.push_back(p.grad().clone());
+    for (const auto& m : moments(*optimizer, p)) {
+      before.push_back(m.clone());
+    }
+  }
+  fused_step(*optimizer, torch::tensor(8.0f), torch::tensor(1.0f));
+  size_t k = 0;
+  for (auto& p : flat(*optimizer)) {
+    EXPECT_TRUE(torch::equal(p, before[k++]));
+    EXPECT_TRUE(torch::equal(p.grad(), before[k++]));
+    for (const auto& m : moments(*optimizer, p)) {
+      EXPECT_TRUE(torch::equal(m, before[k++]));
+    }
+    EXPECT_EQ(step_of(*optimizer, p), 1);
+  }
+}
+
 TEST(FusedStepTest, FusedAdamWithWeightDecayLeavesTheGradientUntouched) {
   torch::manual_seed(0);
   auto params = make_params();
@@ -309,6 +414,19 @@ TEST(FusedStepTest, ParametersWithoutGradientsAreSkippedLikeLibTorch) {
 torch::Tensor with_grad(torch::Tensor p) {
   p.mutable_grad() = torch::zeros(p.sizes(), p.options());
   return p;
+}
+
+TEST(FusedStepTest, ScaleOrFoundInfThatIsNotACpuFloatScalarIsRefused) {
+  auto p = with_grad(torch::randn({4}).requires_grad_());
+  torch::optim::Adam adam({p});
+  AMPKIT_EXPECT_THROWS_WITH(
+      fused_step(adam, torch::tensor({2.0f, 2.0f})),
+      InvalidArgument,
+      "grad_scale must be a 0-dim float32 CPU tensor");
+  AMPKIT_EXPECT_THROWS_WITH(
+      fused_step(adam, {}, torch::tensor(0.0, torch::kDouble)),
+      InvalidArgument,
+      "found_inf must be a 0-dim float32 CPU tensor");
 }
 
 TEST(FusedStepTest, PlainAdamAndAdamWAreSupported) {
