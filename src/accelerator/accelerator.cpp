@@ -376,6 +376,29 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
   }
   module->to(device());
   auto& st = *state_;
+  if (st.options.channels_last) {
+    // In place (set_data), so an optimizer made before prepare still holds
+    // these parameters; before DDP lays its buckets out like them.
+    torch::NoGradGuard no_grad;
+    auto lay_out = [](torch::Tensor t) {
+      if (t.defined() && t.dim() == 4 && t.is_floating_point()) {
+        // As Module.to(memory_format=...) does: a weight with one input
+        // channel is also channels-last by contiguity, where contiguous()
+        // would keep its NCHW strides and the convolution would stay NCHW.
+        t.set_data(t.to(
+            t.options(),
+            /*non_blocking=*/false,
+            /*copy=*/false,
+            at::MemoryFormat::ChannelsLast));
+      }
+    };
+    for (auto& p : module->parameters()) {
+      lay_out(p);
+    }
+    for (auto& b : module->buffers()) {
+      lay_out(b);
+    }
+  }
   st.models.push_back(module);
   // Names by module path; a second model's are prefixed to stay unique.
   const std::string prefix =
@@ -459,27 +482,25 @@ PreparedOptimizer Accelerator::prepare_optimizer(
     }
   }
   // A fused step replaces optimizer.step() only where it computes the same
-  // update: ATen's kernels (scaling folded in) where this LibTorch has them,
-  // else ampkit's CPU Adam/AdamW pass, which GradScaler::step cannot call.
+  // update: ATen's kernels where this LibTorch has them, else ampkit's CPU
+  // Adam/AdamW pass; both fold loss scaling in.
   if (st.options.fused_optimizer_step) {
     auto reason = optim::aten_fused_step_unsupported_reason(optimizer);
     if (!reason) {
       entry.fused = detail::FusedStep::aten;
-    } else if (!st.scaler && !AMPKIT_HAS_ATEN_FUSED_OPTIM) {
+    } else if (!AMPKIT_HAS_ATEN_FUSED_OPTIM) {
       reason = detail::fused_step_unsupported_reason(optimizer);
       if (!reason) {
         entry.fused = detail::FusedStep::ampkit;
       }
     }
     if (is_main_process() && !st.options.quiet) {
+      const std::string scaling = st.scaler ? ", loss scaling inside" : "";
       std::cerr << "ampkit: optimizer " << st.optimizers.size()
                 << (entry.fused == detail::FusedStep::aten
-                        ? " steps fused (ATen's fused kernels" +
-                              std::string(
-                                  st.scaler ? ", loss scaling inside" : "") +
-                              ")"
+                        ? " steps fused (ATen's fused kernels" + scaling + ")"
                     : entry.fused == detail::FusedStep::ampkit
-                        ? " steps fused (one pass per parameter)"
+                        ? " steps fused (one pass per parameter" + scaling + ")"
                         : " steps through optimizer.step(): " + *reason)
                 << std::endl;
     }

@@ -13,6 +13,40 @@ namespace ampkit {
 
 namespace {
 constexpr const char* kComponent = "Accelerator";
+
+// The fused step `optimizer` was prepared with, or none where it no longer
+// applies: re-checked each step, as parameters can change dtype or layout
+// between steps, and the check is a few flag reads per parameter.
+detail::FusedStep fused_step_now(
+    detail::FusedStep prepared, torch::optim::Optimizer& optimizer) {
+  switch (prepared) {
+    case detail::FusedStep::aten:
+      return optim::aten_fused_step_unsupported_reason(optimizer)
+                 ? detail::FusedStep::none
+                 : prepared;
+    case detail::FusedStep::ampkit:
+      return detail::fused_step_unsupported_reason(optimizer)
+                 ? detail::FusedStep::none
+                 : prepared;
+    case detail::FusedStep::none:
+      break;
+  }
+  return detail::FusedStep::none;
+}
+
+// One step of `kind` (aten or ampkit); loss scaling folded in where
+// grad_scale and found_inf are defined.
+void run_fused_step(
+    detail::FusedStep kind,
+    torch::optim::Optimizer& optimizer,
+    const torch::Tensor& grad_scale,
+    const torch::Tensor& found_inf) {
+  if (kind == detail::FusedStep::aten) {
+    optim::aten_fused_step(optimizer, grad_scale, found_inf);
+  } else {
+    detail::fused_step(optimizer, grad_scale, found_inf);
+  }
+}
 }  // namespace
 
 detail::PreparedOptimizerEntry& PreparedOptimizer::entry() const {
@@ -86,18 +120,12 @@ void PreparedOptimizer::step_optimizer() {
               "overflowing op in the forward (fp16: use loss scaling).");
     }
   }
+  const detail::FusedStep fused = fused_step_now(entry.fused, *optimizer_);
   if (!st.scaler) {
-    // Re-checked each step: parameters can change dtype or layout between
-    // steps, and the check is a few flag reads per parameter.
-    if (entry.fused == detail::FusedStep::aten &&
-        !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
-      optim::aten_fused_step(*optimizer_);
-    } else if (
-        entry.fused == detail::FusedStep::ampkit &&
-        !detail::fused_step_unsupported_reason(*optimizer_)) {
-      detail::fused_step(*optimizer_);
-    } else {
+    if (fused == detail::FusedStep::none) {
       optimizer_->step();
+    } else {
+      run_fused_step(fused, *optimizer_, {}, {});
     }
     entry.skipped = false;
     if (index_ == 0) {
@@ -109,14 +137,13 @@ void PreparedOptimizer::step_optimizer() {
     // Stepped twice without a backward in between: finish the last one.
     st.update_scaler();
   }
-  if (entry.fused == detail::FusedStep::aten &&
-      !optim::aten_fused_step_unsupported_reason(*optimizer_)) {
+  if (fused != detail::FusedStep::none) {
     const torch::Tensor found_inf = st.scaler->step_supporting_amp_scaling(
         *optimizer_,
         [&](const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
-          optim::aten_fused_step(*optimizer_, grad_scale, found_inf);
+          run_fused_step(fused, *optimizer_, grad_scale, found_inf);
         });
-    // aten_fused_step read it already (step counts): no further sync.
+    // Both steps read it already (step counts): no further sync.
     entry.skipped = found_inf.item<float>() != 0.0f;
   } else {
     entry.skipped = !st.scaler->step(*optimizer_).has_value();

@@ -29,8 +29,8 @@ namespace ampkit::detail {
 enum class FusedStep {
   none,   // optimizer.step(), through the GradScaler's unscale_ when scaling
   aten,   // optim::aten_fused_step (LibTorch >= 2.4), scaling folded in
-  ampkit  // detail::fused_step (Adam/AdamW on the CPU, LibTorch < 2.4,
-          // without loss scaling)
+  ampkit  // detail::fused_step (Adam/AdamW on the CPU, LibTorch < 2.4),
+          // scaling folded in
 };
 
 struct PreparedOptimizerEntry {

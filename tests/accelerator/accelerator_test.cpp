@@ -42,7 +42,8 @@ Net make_net(uint64_t seed = 0) {
   return Net();
 }
 
-std::vector<torch::Tensor> snapshot(const Net& net) {
+template <typename M>
+std::vector<torch::Tensor> snapshot(const M& net) {
   std::vector<torch::Tensor> copies;
   for (const auto& p : net->parameters()) {
     copies.push_back(p.detach().clone());
@@ -707,6 +708,28 @@ TEST(AcceleratorTest, OptimizerStateSurvivesPreparation) {
   expect_equal(snapshot(a), snapshot(b));
 }
 
+// Weights after fused steps (a) against LibTorch's step (b): from 2.4
+// ATen's kernel, within 1e-6 of each tensor's largest value (fp32
+// rounding); before, ampkit's loop, within 5e-7 relative. Returns whether
+// they are bit-identical.
+bool expect_fused_weights_close(const Net& a, const Net& b) {
+  const auto pa = snapshot(a);
+  const auto pb = snapshot(b);
+  bool identical = true;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    identical = identical && torch::equal(pa[i], pb[i]);
+    if (AMPKIT_TORCH_AT_LEAST(2, 4)) {
+      EXPECT_LE(
+          ((pa[i] - pb[i]).abs().max() / pb[i].abs().max()).item<double>(),
+          1e-6)
+          << i;
+    } else {
+      EXPECT_TRUE(torch::allclose(pa[i], pb[i], 5e-7, 0)) << i;
+    }
+  }
+  return identical;
+}
+
 // The fused AdamW step computes LibTorch's update: before LibTorch 2.4
 // ampkit's loop, bit-identical where ATen runs its FMA kernels (AVX2/AVX-512)
 // and within 5e-7 relative otherwise; from 2.4 ATen's fused kernel, within
@@ -734,21 +757,133 @@ TEST(AcceleratorTest, FusedAdamWStepMatchesLibTorchsStep) {
     b(x).pow(2).sum().backward();
     adamw_b.step();
   }
-  const auto pa = snapshot(a);
-  const auto pb = snapshot(b);
-  bool identical = true;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    identical = identical && torch::equal(pa[i], pb[i]);
-    if (AMPKIT_TORCH_AT_LEAST(2, 4)) {
-      EXPECT_LE(
-          ((pa[i] - pb[i]).abs().max() / pb[i].abs().max()).item<double>(),
-          1e-6)
-          << i;
-    } else {
-      EXPECT_TRUE(torch::allclose(pa[i], pb[i], 5e-7, 0)) << i;
+  RecordProperty(
+      "bit_identical", expect_fused_weights_close(a, b) ? "yes" : "no");
+}
+
+// With loss scaling the fused step takes the scale and the inf flag (ATen's
+// kernels from 2.4, ampkit's loop before): the same skipped step and the same
+// weights as GradScaler + unscale_ + LibTorch's step on a twin.
+TEST(AcceleratorTest, FusedAdamWStepWithLossScalingMatchesGradScalerAndStep) {
+  const auto x = torch::randn({8, 6});
+  Net a = make_net(12);
+  Net b = make_net(12);
+  torch::optim::AdamW adamw_a(
+      a->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  torch::optim::AdamW adamw_b(
+      b->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  GradScaler scaler;
+  testing::internal::CaptureStderr();
+  Accelerator accelerator(
+      AcceleratorOptions().mixed_precision("no").loss_scaling(true));
+  auto [model, optimizer] = accelerator.prepare(a, adamw_a);
+  EXPECT_THAT(
+      testing::internal::GetCapturedStderr(),
+      testing::HasSubstr("loss scaling inside)"));
+  auto poison = [](Net& net) {
+    torch::NoGradGuard no_grad;
+    net->fc1->weight.grad()[0][1] = INFINITY;
+  };
+  for (int i = 0; i < 20; ++i) {
+    {
+      auto scope = accelerator.accumulate(model);
+      accelerator.backward(model(x).pow(2).sum());
+      if (i == 7) {
+        poison(a);
+      }
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+    EXPECT_EQ(optimizer.step_was_skipped(), i == 7) << "step " << i;
+    adamw_b.zero_grad();
+    scaler.scale(b(x).pow(2).sum()).backward();
+    if (i == 7) {
+      poison(b);
+    }
+    EXPECT_EQ(scaler.step(adamw_b).has_value(), i != 7) << "step " << i;
+    scaler.update();
+  }
+  EXPECT_EQ(accelerator.scaler()->get_scale(), scaler.get_scale());
+  expect_fused_weights_close(a, b);
+}
+
+struct ConvNetImpl : torch::nn::Module {
+  ConvNetImpl()
+      : conv(register_module(
+            "conv",
+            // No bias: batch norm cancels its gradient to rounding noise,
+            // which Adam would blow up differently in each layout.
+            torch::nn::Conv2d(
+                torch::nn::Conv2dOptions(3, 8, 3).padding(1).bias(false)))),
+        bn(register_module("bn", torch::nn::BatchNorm2d(8))),
+        fc(register_module("fc", torch::nn::Linear(8 * 4 * 4, 3))),
+        conv1ch(register_module(
+            "conv1ch", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 2, 3)))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc(torch::max_pool2d(torch::relu(bn(conv(x))), 2).flatten(1));
+  }
+  torch::nn::Conv2d conv;
+  torch::nn::BatchNorm2d bn;
+  torch::nn::Linear fc;
+  torch::nn::Conv2d conv1ch;  // one input channel; not in forward
+};
+TORCH_MODULE(ConvNet);
+
+// channels_last lays the conv weight out NHWC in place (the optimizer made
+// before prepare still steps it, fused), the convolutions then produce NHWC
+// outputs, and training follows a contiguous twin up to the rounding of
+// the other summation order.
+TEST(AcceleratorTest, ChannelsLastLaysConvWeightsOutNhwcAndTrainsAlike) {
+  torch::manual_seed(13);
+  ConvNet a;
+  ConvNet b;
+  {
+    torch::NoGradGuard no_grad;
+    const auto pa = a->parameters();
+    const auto pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      pb[i].copy_(pa[i]);
     }
   }
-  RecordProperty("bit_identical", identical ? "yes" : "no");
+  torch::optim::AdamW adamw_a(a->parameters(), 1e-2);
+  torch::optim::AdamW adamw_b(b->parameters(), 1e-2);
+  testing::internal::CaptureStderr();
+  Accelerator accelerator(AcceleratorOptions().channels_last(true));
+  auto [model, optimizer] = accelerator.prepare(a, adamw_a);
+  EXPECT_THAT(
+      testing::internal::GetCapturedStderr(),
+      testing::HasSubstr("optimizer 0 steps fused"));
+  EXPECT_TRUE(a->conv->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(a->conv->weight.is_contiguous());
+  EXPECT_EQ(
+      a->conv1ch->weight.suggest_memory_format(),
+      at::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(a->fc->weight.is_contiguous());  // 2-dim: as it was
+  EXPECT_TRUE(adamw_a.param_groups()[0].params()[0].is_same(a->conv->weight));
+  const auto x = torch::randn({4, 3, 8, 8});
+  EXPECT_TRUE(a->conv(x).is_contiguous(at::MemoryFormat::ChannelsLast));
+  // One input channel: the input is NCHW and channels-last at once, so the
+  // weight's strides decide (the demo's first layer).
+  EXPECT_FALSE(a->conv1ch(x.slice(1, 0, 1)).is_contiguous());
+  const auto target = torch::tensor({0, 2, 1, 0});
+  for (int i = 0; i < 10; ++i) {
+    {
+      auto scope = accelerator.accumulate(model);
+      accelerator.backward(torch::cross_entropy_loss(model(x), target));
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+    adamw_b.zero_grad();
+    torch::cross_entropy_loss(b(x), target).backward();
+    adamw_b.step();
+  }
+  EXPECT_TRUE(a->conv->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+  const auto pa = snapshot(a);
+  const auto pb = snapshot(b);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(pa[i], pb[i], 1e-4, 1e-5)) << i;
+  }
 }
 
 TEST(AcceleratorTest, DetectAnomalyNamesTheStepOfANonFiniteLoss) {
