@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "common/example_support.h"
@@ -59,11 +61,40 @@ struct Args : examples::RunFlags {
   int64_t max_steps = 0;  // 0 = no limit
   int64_t batch_size = 64;
   double lr = 2e-3;
-  int64_t limit_train = 0;  // 0 = all 60000
-  int64_t limit_test = 0;   // 0 = all 10000
-  double min_accuracy = 0;  // exit 1 below this (for CI)
+  int64_t limit_train = 0;    // 0 = all 60000
+  int64_t limit_test = 0;     // 0 = all 10000
+  double min_accuracy = 0;    // exit 1 below this (for CI)
+  int64_t profile_steps = 0;  // 0 = no profile
+  bool channels_last = true;  // the Accelerator's channels_last option
   std::string data_dir = ampkit::data::kFashionMnistDir;
 };
+
+// --profile-steps profiles the optimizer steps after this many, once the
+// allocator and the caches are warm (bench/cnn_peer.py --profile profiles
+// the Python loop over the same steps).
+constexpr int64_t kProfileAfter = 20;
+
+// The profiled steps' operators, per step: OUTPUT_DIR/profile.json (name,
+// calls, self and total CPU microseconds) and the profiler's table in
+// OUTPUT_DIR/profile.txt.
+void write_profile(
+    ampkit::diag::Profiler& profiler,
+    int64_t steps,
+    const std::filesystem::path& output_dir) {
+  nlohmann::json ops = nlohmann::json::array();
+  const auto per_step = [steps](double v) { return v / double(steps); };
+  for (const auto& op : profiler.key_averages()) {
+    ops.push_back(
+        {{"name", op.name},
+         {"calls", per_step(double(op.calls))},
+         {"self_us", per_step(op.self_cpu_time_total_us)},
+         {"total_us", per_step(op.cpu_time_total_us)}});
+  }
+  std::filesystem::create_directories(output_dir);
+  std::ofstream(output_dir / "profile.json")
+      << nlohmann::json{{"steps", steps}, {"ops", ops}}.dump(1) << '\n';
+  std::ofstream(output_dir / "profile.txt") << profiler.table();
+}
 
 std::optional<size_t> limit(int64_t n) {
   return n > 0 ? std::optional<size_t>(static_cast<size_t>(n)) : std::nullopt;
@@ -97,7 +128,7 @@ int run(const Args& args) {
   const int threads = examples::set_threads(args.threads);
   const std::filesystem::path output_dir(args.output_dir);
   const ampkit::AcceleratorOptions options =
-      examples::accelerator_options(args);
+      examples::accelerator_options(args).channels_last(args.channels_last);
   ampkit::Accelerator accelerator(options);
   std::cerr << "fashion_mnist: ampkit " << AMPKIT_VERSION << ", LibTorch "
             << TORCH_VERSION << ", " << threads << " threads\n";
@@ -134,6 +165,18 @@ int run(const Args& args) {
   // accelerate's rule: a prepared scheduler advances num_processes times
   // per optimizer step, so it is sized as for one process.
   const int64_t schedule_steps = total_steps * accelerator.num_processes();
+  if (args.profile_steps > 0 &&
+      total_steps < kProfileAfter + args.profile_steps) {
+    throw std::invalid_argument(
+        "--profile-steps " + std::to_string(args.profile_steps) +
+        " profiles steps " + std::to_string(kProfileAfter + 1) + " to " +
+        std::to_string(kProfileAfter + args.profile_steps) +
+        ", but this run "
+        "has " +
+        std::to_string(total_steps) +
+        " steps; raise --max-steps or --epochs, or profile fewer steps");
+  }
+  std::optional<ampkit::diag::Profiler> profiler;
   ampkit::optim::CosineWithWarmup cosine(
       adamw, std::max<int64_t>(1, schedule_steps / 20), schedule_steps);
   auto [model, optimizer, scheduler] = accelerator.prepare(net, adamw, cosine);
@@ -192,6 +235,14 @@ int run(const Args& args) {
       }
       ++steps;
       skipped += accelerator.optimizer_step_was_skipped() ? 1 : 0;
+      if (args.profile_steps > 0 && accelerator.is_main_process()) {
+        if (steps == kProfileAfter) {
+          profiler.emplace();
+        } else if (profiler && steps == kProfileAfter + args.profile_steps) {
+          write_profile(*profiler, args.profile_steps, output_dir);
+          profiler.reset();
+        }
+      }
       // The mean loss over the last 20 micro-batches, for the display.
       if (since_log >= 20 || steps == 1 || steps == total_steps ||
           accelerator.end_of_dataloader()) {
@@ -319,6 +370,18 @@ int main(int argc, char** argv) {
       examples::flags("data-dir"),
       args.data_dir,
       "folder with the Fashion-MNIST IDX .gz files");
+  app.add_option(
+      examples::flags("channels-last"),
+      args.channels_last,
+      "lay the convolution weights out channels-last (NHWC), the "
+      "Accelerator's channels_last option; false keeps NCHW");
+  app.add_option(
+         examples::flags("profile-steps"),
+         args.profile_steps,
+         "profile N optimizer steps after the first 20 with LibTorch's "
+         "profiler: per-step operator times in OUTPUT_DIR/profile.json and "
+         "the table in profile.txt")
+      ->check(CLI::NonNegativeNumber);
   examples::add_run_flags(app, args);
   CLI11_PARSE(app, argc, argv);
   try {
