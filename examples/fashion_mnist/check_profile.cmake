@@ -1,7 +1,11 @@
 # Checks the demo's --profile-steps output: PROFILE (profile.json) holds the
-# profiled step count and, per step, the CNN's two convolutions and two
+# first profiled step (FIRST_STEP), the profiled step count and, per step, the CNN's two convolutions and two
 # max-poolings; the table beside it exists.
 file(READ ${PROFILE} json)
+string(JSON first GET "${json}" first_step)
+if(NOT first EQUAL FIRST_STEP)
+  message(FATAL_ERROR "profile.json: first step ${first}, expected ${FIRST_STEP}")
+endif()
 string(JSON steps GET "${json}" steps)
 if(NOT steps EQUAL 2)
   message(FATAL_ERROR "profile.json: steps ${steps}, expected 2")
@@ -30,4 +34,4 @@ get_filename_component(dir ${PROFILE} DIRECTORY)
 if(NOT EXISTS ${dir}/profile.txt)
   message(FATAL_ERROR "no profile.txt beside ${PROFILE}")
 endif()
-message(STATUS "profile.json: ${n} operators, 2 steps")
+message(STATUS "profile.json: ${n} operators, steps ${first} to ${first}+1")

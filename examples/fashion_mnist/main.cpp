@@ -69,9 +69,10 @@ struct Args : examples::RunFlags {
   std::string data_dir = ampkit::data::kFashionMnistDir;
 };
 
-// --profile-steps profiles the optimizer steps after this many, once the
-// allocator and the caches are warm (bench/cnn_peer.py --profile profiles
-// the Python loop over the same steps).
+// --profile-steps profiles the optimizer steps after this many of the run
+// (counted from its checkpoint when resumed), once the allocator and the
+// caches are warm (bench/cnn_peer.py --profile profiles the Python loop over
+// the same steps).
 constexpr int64_t kProfileAfter = 20;
 
 // The profiled steps' operators, per step: OUTPUT_DIR/profile.json (name,
@@ -79,6 +80,7 @@ constexpr int64_t kProfileAfter = 20;
 // OUTPUT_DIR/profile.txt.
 void write_profile(
     ampkit::diag::Profiler& profiler,
+    int64_t first_step,
     int64_t steps,
     const std::filesystem::path& output_dir) {
   nlohmann::json ops = nlohmann::json::array();
@@ -91,8 +93,9 @@ void write_profile(
          {"total_us", per_step(op.cpu_time_total_us)}});
   }
   std::filesystem::create_directories(output_dir);
-  std::ofstream(output_dir / "profile.json")
-      << nlohmann::json{{"steps", steps}, {"ops", ops}}.dump(1) << '\n';
+  const nlohmann::json profile{
+      {"first_step", first_step}, {"steps", steps}, {"ops", ops}};
+  std::ofstream(output_dir / "profile.json") << profile.dump(1) << '\n';
   std::ofstream(output_dir / "profile.txt") << profiler.table();
 }
 
@@ -165,17 +168,6 @@ int run(const Args& args) {
   // accelerate's rule: a prepared scheduler advances num_processes times
   // per optimizer step, so it is sized as for one process.
   const int64_t schedule_steps = total_steps * accelerator.num_processes();
-  if (args.profile_steps > 0 &&
-      total_steps < kProfileAfter + args.profile_steps) {
-    throw std::invalid_argument(
-        "--profile-steps " + std::to_string(args.profile_steps) +
-        " profiles steps " + std::to_string(kProfileAfter + 1) + " to " +
-        std::to_string(kProfileAfter + args.profile_steps) +
-        ", but this run "
-        "has " +
-        std::to_string(total_steps) +
-        " steps; raise --max-steps or --epochs, or profile fewer steps");
-  }
   std::optional<ampkit::diag::Profiler> profiler;
   ampkit::optim::CosineWithWarmup cosine(
       adamw, std::max<int64_t>(1, schedule_steps / 20), schedule_steps);
@@ -205,6 +197,22 @@ int run(const Args& args) {
   progress_options.enabled = accelerator.is_main_process();
   ampkit::track::Progress progress(total_steps, progress_options);
   int64_t steps = accelerator.optimizer_steps();
+  // Profiled: steps profile_from+1 .. profile_from+profile_steps, warm-up
+  // counted from where this run starts, so a resumed run profiles too.
+  const int64_t profile_from = steps + kProfileAfter;
+  if (args.profile_steps > 0 &&
+      total_steps < profile_from + args.profile_steps) {
+    throw std::invalid_argument(
+        "--profile-steps " + std::to_string(args.profile_steps) +
+        " profiles steps " + std::to_string(profile_from + 1) + " to " +
+        std::to_string(profile_from + args.profile_steps) +
+        (steps > 0
+             ? " (the run resumes at step " + std::to_string(steps) +
+                   " and warms up for " + std::to_string(kProfileAfter) + ")"
+             : std::string()) +
+        ", but this run ends at step " + std::to_string(total_steps) +
+        "; raise --max-steps or --epochs, or profile fewer steps");
+  }
   int64_t skipped = 0;
   int64_t samples = 0;
   double train_loss = 0;
@@ -236,10 +244,11 @@ int run(const Args& args) {
       ++steps;
       skipped += accelerator.optimizer_step_was_skipped() ? 1 : 0;
       if (args.profile_steps > 0 && accelerator.is_main_process()) {
-        if (steps == kProfileAfter) {
+        if (steps == profile_from) {
           profiler.emplace();
-        } else if (profiler && steps == kProfileAfter + args.profile_steps) {
-          write_profile(*profiler, args.profile_steps, output_dir);
+        } else if (profiler && steps == profile_from + args.profile_steps) {
+          write_profile(
+              *profiler, profile_from + 1, args.profile_steps, output_dir);
           profiler.reset();
         }
       }
@@ -378,8 +387,9 @@ int main(int argc, char** argv) {
   app.add_option(
          examples::flags("profile-steps"),
          args.profile_steps,
-         "profile N optimizer steps after the first 20 with LibTorch's "
-         "profiler: per-step operator times in OUTPUT_DIR/profile.json and "
+         "profile N optimizer steps after this run's first 20 (a resumed "
+         "run counts from its checkpoint) with LibTorch's profiler: per-step "
+         "operator times in OUTPUT_DIR/profile.json and "
          "the table in profile.txt")
       ->check(CLI::NonNegativeNumber);
   examples::add_run_flags(app, args);
