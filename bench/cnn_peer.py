@@ -25,7 +25,7 @@ demo, from the first batch to the last step.
 
   /usr/bin/python3 bench/cnn_peer.py [--ampkit build/examples/fashion_mnist/fashion_mnist]
       [--accelerate-python ~/.cache/ampkit/peer-1.13/bin/python]
-      [--steps 300] [--threads 2] [--rounds 3]
+      [--steps 300] [--threads 2] [--rounds 3] [--precisions no,bf16]
 
 accelerate runs from a virtual environment that sees Debian's torch:
 
@@ -220,6 +220,9 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--precisions", default="no,bf16",
+                   help="comma-separated, of no and bf16: which to time (bf16 runs "
+                        "15-20x slower than fp32 on a CPU without native bf16)")
     p.add_argument("--data-dir", default=DATA)
     p.add_argument("--worker", choices=["torch", "torch-cl", "accelerate"],
                    help=argparse.SUPPRESS)
@@ -245,6 +248,9 @@ def main():
             sys.exit(f"cnn_peer.py: --profile-steps must be 1 to {60000 // BATCH - PROFILE_AFTER}")
         profile(args)
         return
+    precisions = args.precisions.split(",")
+    if not precisions or any(pr not in ("no", "bf16") for pr in precisions):
+        sys.exit(f"cnn_peer.py: --precisions {args.precisions!r}: give no, bf16 or no,bf16")
     arms = {"ampkit": None, "torch": sys.executable}
     if os.access(args.accelerate_python, os.X_OK):
         arms["accelerate"] = args.accelerate_python
@@ -252,9 +258,9 @@ def main():
         print(f"cnn_peer.py: no accelerate at {args.accelerate_python}; see this "
               "script's docstring to install it. Running without it.", file=sys.stderr)
     arms["torch-cl"] = sys.executable
-    results = {(a, pr): [] for a in arms for pr in ("no", "bf16")}
+    results = {(a, pr): [] for a in arms for pr in precisions}
     for r in range(args.rounds):
-        for precision in ("no", "bf16"):
+        for precision in precisions:
             for arm, python in arms.items():
                 if arm == "ampkit":
                     v = ampkit_arm(args.ampkit, precision, args.steps, args.threads)
@@ -270,11 +276,13 @@ def main():
     print(f"| | {' | '.join(arms)} | "
           + " | ".join(f"ampkit / {a}" for a in peers) + " |")
     print("|---" * (len(arms) + len(peers) + 1) + "|")
-    for precision, name in (("no", "fp32"), ("bf16", "bf16")):
+    for precision in precisions:
+        name = "fp32" if precision == "no" else precision
         cells = [f"{med[(a, precision)]:.0f}" for a in arms]
         ratios = [f"{med[('ampkit', precision)] / med[(a, precision)]:.2f}x" for a in peers]
         print(f"| {name} | {' | '.join(cells)} | {' | '.join(ratios)} |")
-    print(f"ampkit bf16 / fp32: {med[('ampkit', 'bf16')] / med[('ampkit', 'no')]:.2f}x")
+    if len(precisions) == 2:
+        print(f"ampkit bf16 / fp32: {med[('ampkit', 'bf16')] / med[('ampkit', 'no')]:.2f}x")
 
 
 if __name__ == "__main__":
