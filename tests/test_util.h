@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "ampkit/amp/capability.h"
@@ -25,6 +26,13 @@
   } while (0)
 
 namespace ampkit::testing_util {
+
+// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(
+      std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 // A machine with one CUDA GPU of compute capability major.minor, for the
 // precision rules; the CPU has no reduced-precision extensions.

@@ -24,13 +24,12 @@
 #include "ampkit/utils/warnings.h"
 #include "optim/compat.h"
 #include "optim/fused_step.h"
+#include "utils/components.h"
 #include "utils/non_finite.h"
 
 namespace ampkit {
 
-namespace {
-constexpr const char* kComponent = "Accelerator";
-}  // namespace
+namespace {}  // namespace
 
 namespace detail {
 
@@ -154,7 +153,7 @@ std::shared_ptr<LoaderPosition> register_loader(
 
 void throw_no_sampler(const char* what) {
   throw UsageError(
-      kComponent,
+      component::kAccelerator,
       std::string(what) +
           " needs the loader's ShardedSampler, got a loader prepared "
           "without one. Build it with accelerator.prepare_data_loader(...).");
@@ -179,7 +178,7 @@ void check_not_released(
     const AcceleratorState& state, const torch::nn::Module& module) {
   if (!prepared_here(state, module)) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "this model was prepared before accelerator.free_memory(), which "
         "released it (its gradients would no longer be synchronised). "
         "Prepare the model again after free_memory().");
@@ -223,7 +222,7 @@ AccumulateScope::AccumulateScope(
   auto& st = *state_;
   if (st.in_accumulate) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "accumulate() scopes do not nest, got a second one while the first "
         "is open. Open one scope per micro-batch, at the top of the loop "
         "body.");
@@ -273,7 +272,7 @@ Accelerator::Accelerator(AcceleratorOptions options)
       detail::AcceleratorState* raw = state_.get();
       st.scaler->set_overflow_callback([raw](const OverflowReport& report) {
         warn(
-            kComponent,
+            component::kAccelerator,
             detail::skipped_step_line(
                 raw->optimizer_steps + 1,
                 report.where,
@@ -309,7 +308,7 @@ Accelerator::Accelerator(AcceleratorOptions options)
     }
   }
   for (const auto& w : r.warnings) {
-    warn(kComponent, w);
+    warn(component::kAccelerator, w);
   }
 }
 
@@ -323,7 +322,9 @@ Accelerator::~Accelerator() {
     end_training();
   } catch (const std::exception& e) {
     // A destructor must not throw; the trackers' last error is reported.
-    warn(kComponent, std::string("closing the trackers failed: ") + e.what());
+    warn(
+        component::kAccelerator,
+        std::string("closing the trackers failed: ") + e.what());
   }
 }
 
@@ -351,14 +352,14 @@ void Accelerator::set_gradient_accumulation_steps(int64_t n) {
   auto& st = *state_;
   if (n < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "gradient_accumulation_steps must be >= 1, got " + std::to_string(n) +
             ". With an automatic batch size, use observed_batch_size / "
             "batch_size, at least 1.");
   }
   if (st.in_accumulate) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "set_gradient_accumulation_steps inside an accumulate() scope. "
         "Set it between micro-steps, before the scope opens.");
   }
@@ -370,7 +371,7 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
     std::shared_ptr<torch::nn::Module> module) {
   if (!module) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "prepare got an empty model (a null module holder). Construct the "
         "model before preparing it.");
   }
@@ -444,7 +445,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
   for (const auto& entry : st.optimizers) {
     if (entry.optimizer == &optimizer) {
       throw UsageError(
-          kComponent,
+          component::kAccelerator,
           "this optimizer is already prepared, got a second prepare() of it. "
           "Prepare each optimizer once and keep the PreparedOptimizer.");
     }
@@ -455,7 +456,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
       const auto& p = groups[g].params()[i];
       if (p.device() != device()) {
         throw UsageError(
-            kComponent,
+            component::kAccelerator,
             "the optimizer's parameter param_groups[" + std::to_string(g) +
                 "][" + std::to_string(i) + "] is on " + p.device().str() +
                 ", but the Accelerator trains on " + device().str() +
@@ -534,7 +535,7 @@ void Accelerator::backward_unhinted(
   const int64_t steps = st.options.gradient_accumulation_steps;
   if (steps > 1 && !st.in_accumulate) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "backward() with gradient_accumulation_steps " + std::to_string(steps) +
             " must run inside an accumulate() scope, got a call outside "
             "one. Start each micro-step with `auto scope = "
@@ -548,7 +549,7 @@ void Accelerator::backward_unhinted(
   if (st.autocast && st.forwards_since_backward == 0 && !st.warned_no_forward) {
     st.warned_no_forward = true;
     warn(
-        kComponent,
+        component::kAccelerator,
         "backward() found no forward under the Accelerator's autocast since "
         "the previous backward, so nothing ran in " +
             to_string(st.options.mixed_precision) +
@@ -559,7 +560,7 @@ void Accelerator::backward_unhinted(
   if (st.options.detect_anomaly && !st.scaler &&
       !torch::isfinite(loss.detach()).all().item<bool>()) {
     throw TrainingDiverged(
-        kComponent,
+        component::kAccelerator,
         "detect_anomaly: the loss is non-finite at step " +
             std::to_string(st.optimizer_steps + 1) + " (micro-step " +
             std::to_string(st.micro_step) + "), got " +
@@ -597,7 +598,7 @@ void Accelerator::backward_unhinted(
 
 void Accelerator::throw_negative_skip(int64_t n) {
   throw InvalidArgument(
-      kComponent,
+      component::kAccelerator,
       "skip_first_batches needs a number of batches >= 0, got " +
           std::to_string(n) + ".");
 }
@@ -606,7 +607,7 @@ void Accelerator::free_memory() {
   auto& st = *state_;
   if (st.in_accumulate || st.no_sync_depth > 0) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "free_memory() inside an accumulate() or no_sync() scope. Call it "
         "between training runs, after the scopes closed.");
   }
@@ -637,7 +638,7 @@ void Accelerator::check_prepared(const PreparedModelBase& model) const {
     return;
   }
   throw UsageError(
-      kComponent,
+      component::kAccelerator,
       "got a model this Accelerator did not prepare. Pass the PreparedModel "
       "returned by accelerator.prepare(model).");
 }
@@ -706,14 +707,14 @@ Autocast Accelerator::autocast() const {
 
 void Accelerator::throw_unsized_dataset() const {
   throw InvalidArgument(
-      kComponent,
+      component::kAccelerator,
       "prepare_data_loader needs a dataset with a size, got one whose size() "
       "is empty. Give the dataset a size, or shard a stream yourself.");
 }
 
 void Accelerator::throw_unsharded_loader() const {
   throw UsageError(
-      kComponent,
+      component::kAccelerator,
       "prepare(data_loader) got a LibTorch loader built outside the "
       "Accelerator in a run of " +
           std::to_string(num_processes()) +

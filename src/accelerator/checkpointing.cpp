@@ -13,13 +13,13 @@
 #include "ampkit/checkpoint/checkpoint_dir.h"
 #include "ampkit/checkpoint/model_io.h"
 #include "ampkit/utils/random.h"
+#include "utils/components.h"
 
 namespace ampkit {
 namespace {
 
 namespace fs = std::filesystem;
 namespace ck = checkpoint;
-constexpr const char* kComponent = "Accelerator";
 constexpr const char* kStateFile = "accelerator_state.json";
 
 // accelerate's names: model.safetensors, model_1.safetensors, ...
@@ -58,7 +58,7 @@ void read_archive(
     archive.load_from(in, device);
   } catch (const c10::Error& e) {
     throw IoError(
-        kComponent,
+        component::kAccelerator,
         origin + " is not a readable archive: " + e.what_without_backtrace());
   }
   use(archive);
@@ -81,16 +81,18 @@ StateDict decode_state(const std::string& bytes, const std::string& origin) {
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
     throw IoError(
-        kComponent,
+        component::kAccelerator,
         origin + " is not a readable state: " + e.what_without_backtrace());
   }
   if (!value.isGenericDict()) {
-    throw IoError(kComponent, origin + " does not hold a state dict.");
+    throw IoError(
+        component::kAccelerator, origin + " does not hold a state dict.");
   }
   StateDict state;
   for (const auto& entry : value.toGenericDict()) {
     if (!entry.key().isString()) {
-      throw IoError(kComponent, origin + " has a key that is not a string.");
+      throw IoError(
+          component::kAccelerator, origin + " has a key that is not a string.");
     }
     state[entry.key().toStringRef()] = entry.value();
   }
@@ -115,7 +117,8 @@ RngState decode_rng(const std::string& bytes, const std::string& origin) {
     }
   }
   if (!rng.cpu.defined()) {
-    throw IoError(kComponent, origin + " has no CPU generator state.");
+    throw IoError(
+        component::kAccelerator, origin + " has no CPU generator state.");
   }
   return rng;
 }
@@ -150,7 +153,7 @@ void check_partition(
     return;
   }
   throw InvalidArgument(
-      kComponent,
+      component::kAccelerator,
       dir + " holds optimizer " + std::to_string(i) +
           (saved.zero_stage > 0
                ? " sharded by zero_stage " + std::to_string(saved.zero_stage)
@@ -174,7 +177,7 @@ void check_count(
   const size_t saved = count_indexed(m, stem, ext);
   if (saved != prepared) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         dir + " holds " + std::to_string(saved) + " " + what + " (" + stem +
             "*" + ext + "), but this Accelerator has " +
             std::to_string(prepared) +
@@ -215,7 +218,7 @@ void Accelerator::remove_state_hook(size_t handle) {
     }
   }
   throw InvalidArgument(
-      kComponent,
+      component::kAccelerator,
       "remove_state_hook got handle " + std::to_string(handle) +
           ", which no registered hook has (removed already?). Pass what "
           "register_save_state_pre_hook or register_load_state_pre_hook "
@@ -257,7 +260,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
                  .string();
   } else {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "save_state() needs a folder, or automatic_checkpoint_naming(true) to "
         "write project_dir/checkpoints/checkpoint_N. Call "
         "save_state(\"DIR\").");
@@ -381,7 +384,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     auto latest = ck::latest_checkpoint(checkpoints_dir(st));
     if (!latest) {
       throw IoError(
-          kComponent,
+          component::kAccelerator,
           "load_state() found no complete checkpoint under " +
               checkpoints_dir(st) +
               ". Pass the folder save_state wrote, or save one first.");
@@ -394,7 +397,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   const ck::Manifest m = ck::read_manifest(target);
   if (m.world_size != num_processes()) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         target + " was saved by " + std::to_string(m.world_size) +
             " processes, this run has " + std::to_string(num_processes()) +
             ". Resume with the same number of processes (ampkit launch "
@@ -411,7 +414,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   const bool has_scaler = m.find("scaler.pt") != nullptr;
   if (has_scaler != st.scaler.has_value()) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         target +
             (has_scaler
                  ? " has a GradScaler state, but this run has no loss scaling"
@@ -460,7 +463,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     const std::string name = "custom_checkpoint_" + std::to_string(i) + ".bin";
     if (m.find(name) == nullptr) {
       throw InvalidArgument(
-          kComponent,
+          component::kAccelerator,
           target + " has no " + name + ", but " +
               std::to_string(st.registered.size()) +
               " objects are registered for checkpointing. Register the same "
@@ -477,7 +480,9 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     counters.at("skipped_steps").get<int64_t>();
     counters.at("micro_step").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
-    throw IoError(kComponent, path(kStateFile) + " is malformed: " + e.what());
+    throw IoError(
+        component::kAccelerator,
+        path(kStateFile) + " is malformed: " + e.what());
   }
 
   for (size_t i = 0; i < st.models.size(); ++i) {
@@ -491,7 +496,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         st.optimizers[i].optimizer->load(a);
       } catch (const c10::Error& e) {
         throw InvalidArgument(
-            kComponent,
+            component::kAccelerator,
             path(name) + " does not fit the prepared optimizer " +
                 std::to_string(i) + ": " + e.what_without_backtrace() +
                 ". Use the optimizer type and parameters it was saved with.");

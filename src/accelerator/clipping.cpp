@@ -8,11 +8,11 @@
 
 #include "accelerator/state.h"
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
 namespace {
-constexpr const char* kComponent = "Accelerator";
 
 std::vector<torch::Tensor> defined_grads(
     const std::vector<torch::Tensor>& parameters) {
@@ -181,13 +181,13 @@ torch::Tensor Accelerator::clip_grad_norm_(
     double norm_type) {
   if (!(max_norm >= 0) || std::isinf(max_norm)) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "clip_grad_norm_ needs max_norm >= 0 and finite, got " +
             std::to_string(max_norm) + ". Typical values are 0.5 to 5.");
   }
   if (!(norm_type > 0)) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "clip_grad_norm_ needs norm_type > 0 (or infinity), got " +
             std::to_string(norm_type) + ". Use 2.0 for the Euclidean norm.");
   }
@@ -198,7 +198,7 @@ void Accelerator::clip_grad_value_(
     const std::vector<torch::Tensor>& parameters, double clip_value) {
   if (!(clip_value >= 0) || std::isinf(clip_value)) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "clip_grad_value_ needs clip_value >= 0 and finite, got " +
             std::to_string(clip_value) + ".");
   }

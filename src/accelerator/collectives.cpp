@@ -12,12 +12,11 @@
 
 #include "accelerator/state.h"
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
-namespace {
-constexpr const char* kComponent = "Accelerator";
-}  // namespace
+namespace {}  // namespace
 
 bool Accelerator::is_main_process() const {
   return state_->process_index == 0;
@@ -141,7 +140,7 @@ torch::Tensor Accelerator::broadcast(
     const torch::Tensor& tensor, int64_t from_process) {
   if (from_process < 0 || from_process >= num_processes()) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "broadcast from_process must be in [0, " +
             std::to_string(num_processes()) + "), got " +
             std::to_string(from_process) + ".");
@@ -161,7 +160,7 @@ torch::Tensor Accelerator::pad_across_processes(
     bool pad_first) {
   if (tensor.dim() == 0 || dim < -tensor.dim() || dim >= tensor.dim()) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "pad_across_processes needs dim within the tensor's " +
             std::to_string(tensor.dim()) + " dimensions, got " +
             std::to_string(dim) + ".");

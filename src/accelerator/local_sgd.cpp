@@ -7,12 +7,11 @@
 #include <string>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
-namespace {
-constexpr const char* kComponent = "LocalSGD";
-}  // namespace
+namespace {}  // namespace
 
 LocalSGD::LocalSGD(
     Accelerator& accelerator,
@@ -25,14 +24,14 @@ LocalSGD::LocalSGD(
       enabled_(enabled && accelerator.num_processes() > 1) {
   if (enabled && local_sgd_steps < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kLocalSgd,
         "local_sgd_steps must be >= 1, got " + std::to_string(local_sgd_steps) +
             ". Pass how many optimizer steps each process takes between "
             "averages (accelerate's example uses 8), or enabled = false.");
   }
   if (accelerator.options().zero_stage > 0) {
     throw Unsupported(
-        kComponent,
+        component::kLocalSgd,
         "LocalSGD runs over DDP, got zero_stage " +
             std::to_string(accelerator.options().zero_stage) +
             " (a sharded optimizer steps only its shard, so local steps "

@@ -10,6 +10,7 @@
 #include "ampkit/error.h"
 #include "ampkit/track/tracker.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 using ampkit::detail::lower;
@@ -17,8 +18,6 @@ using ampkit::detail::lower;
 namespace ampkit {
 
 namespace {
-
-constexpr const char* kComponent = "Accelerator";
 
 template <typename T>
 struct Picked {
@@ -42,7 +41,7 @@ Precision env_precision(const std::string& name, const std::string& value) {
     return parse_precision(value);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "environment variable " + name + " must be a mixed_precision, got '" +
             value +
             "'. Valid values: no, fp16, bf16, auto; unset it or fix "
@@ -54,7 +53,7 @@ int64_t env_integer(const std::string& name, const std::string& value) {
   const auto parsed = detail::parse_int(value);
   if (!parsed) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "environment variable " + name + " must be an integer, got '" + value +
             "'. Set it to a whole number such as 4, or unset it.");
   }
@@ -65,7 +64,7 @@ double env_double(const std::string& name, const std::string& value) {
   const auto parsed = detail::parse_double(value);
   if (!parsed) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "environment variable " + name + " must be a number, got '" + value +
             "'. Set it to a value such as 1.0, or unset it.");
   }
@@ -81,7 +80,7 @@ bool env_bool(const std::string& name, const std::string& value) {
     return false;
   }
   throw InvalidArgument(
-      kComponent,
+      component::kAccelerator,
       "environment variable " + name + " must be a boolean, got '" + value +
           "'. Valid values: 1, 0, true, false, yes, no.");
 }
@@ -137,7 +136,7 @@ Picked<int64_t> pick_accumulation(
       int64_t{1});
   if (picked.value < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "gradient_accumulation_steps must be >= 1, got " +
             std::to_string(picked.value) + " (" + picked.source +
             "). Use 1 for no accumulation.");
@@ -228,7 +227,7 @@ ResolvedAcceleratorOptions resolve_options(
     if (auto reason = autocast_unsupported_reason(
             r.device.type(), to_dtype(r.mixed_precision), caps)) {
       throw Unsupported(
-          kComponent,
+          component::kAccelerator,
           "mixed_precision " + to_string(r.mixed_precision) + " (" +
               precision.source + ") cannot run on " + r.device.str() + ": " +
               *reason);
@@ -275,7 +274,7 @@ ResolvedAcceleratorOptions resolve_options(
   for (const auto& tracker : options.trackers()) {
     if (!tracker) {
       throw InvalidArgument(
-          kComponent,
+          component::kAccelerator,
           "trackers holds a null tracker. Pass "
           "std::make_shared<YourTracker>(...) for each.");
     }
@@ -284,7 +283,7 @@ ResolvedAcceleratorOptions resolve_options(
   r.profile_options = options.profile_options();
   if (r.log_every_n_steps < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "log_every_n_steps must be >= 1, got " +
             std::to_string(r.log_every_n_steps) + ". Use 1 to log every step.");
   }
@@ -295,7 +294,7 @@ ResolvedAcceleratorOptions resolve_options(
     if (r.dist.local_rank >= static_cast<int64_t>(caps.cuda_devices.size()) &&
         !caps.cuda_devices.empty()) {
       throw InvalidArgument(
-          kComponent,
+          component::kAccelerator,
           "LOCAL_RANK " + std::to_string(r.dist.local_rank) +
               " has no GPU: "
               "this machine has " +
@@ -309,7 +308,7 @@ ResolvedAcceleratorOptions resolve_options(
   }
   if (r.timeout.count() <= 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "timeout must be positive, got " + std::to_string(r.timeout.count()) +
             " ms. Pass e.g. std::chrono::minutes(30).");
   }
@@ -324,13 +323,14 @@ ResolvedAcceleratorOptions resolve_options(
   r.debug = debug.value;
   if (!(r.bucket_cap_mb > 0)) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "bucket_cap_mb must be positive, got " +
             format_double(r.bucket_cap_mb) + ". DDP's default is 25.");
   }
   if (r.gradient_compression == Precision::automatic) {
     throw InvalidArgument(
-        kComponent, "gradient_compression must be no, bf16 or fp16, got auto.");
+        component::kAccelerator,
+        "gradient_compression must be no, bf16 or fp16, got auto.");
   }
   const Picked<int64_t> zero = pick(
       options.zero_stage(),
@@ -343,7 +343,7 @@ ResolvedAcceleratorOptions resolve_options(
   r.zero_stage = zero.value;
   if (r.zero_stage == 3) {
     throw Unsupported(
-        kComponent,
+        component::kAccelerator,
         "zero_stage 3 (" + zero.source +
             ") shards the parameters themselves, which ampkit does not "
             "implement. Use zero_stage 2 (optimizer state and gradients "
@@ -351,7 +351,7 @@ ResolvedAcceleratorOptions resolve_options(
   }
   if (r.zero_stage < 0 || r.zero_stage > 3) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "zero_stage must be 0, 1 or 2, got " + std::to_string(r.zero_stage) +
             " (" + zero.source + ").");
   }
@@ -366,14 +366,14 @@ ResolvedAcceleratorOptions resolve_options(
   r.gradient_clipping = clipping.value;
   if (!(r.gradient_clipping >= 0) || std::isinf(r.gradient_clipping)) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "gradient_clipping must be a finite norm >= 0 (0: no clipping), got " +
             format_double(r.gradient_clipping) + " (" + clipping.source +
             "). DeepSpeed configs often use 1.0.");
   }
   if (r.zero_stage > 0 && r.find_unused_parameters) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "zero_stage " + std::to_string(r.zero_stage) +
             " with find_unused_parameters is not supported: a shard steps as "
             "one tensor, so a parameter without a gradient would still move "
@@ -382,7 +382,7 @@ ResolvedAcceleratorOptions resolve_options(
   }
   if (r.total_limit < 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "total_limit must be >= 0 (0 keeps every checkpoint), got " +
             std::to_string(r.total_limit) + ".");
   }

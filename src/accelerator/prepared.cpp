@@ -8,11 +8,11 @@
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
 #include "optim/fused_step.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
 namespace {
-constexpr const char* kComponent = "Accelerator";
 
 // The fused step `optimizer` was prepared with, or none where it no longer
 // applies: re-checked each step, as parameters can change dtype or layout
@@ -54,7 +54,7 @@ detail::PreparedOptimizerEntry& PreparedOptimizer::entry() const {
   if (index_ >= st.optimizers.size() ||
       st.optimizers[index_].optimizer != optimizer_) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "this optimizer was prepared before accelerator.free_memory(), "
         "which released it. Prepare the optimizer again after "
         "free_memory().");
@@ -78,7 +78,7 @@ void PreparedOptimizer::step_unhinted() {
   auto& entry = this->entry();
   if (entry.sharded && !entry.sharded->has_reduced_gradients()) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "optimizer.step() with zero_stage " +
             std::to_string(entry.sharded->stage()) +
             " found no gradients reduced into this process's shard since "
@@ -112,7 +112,7 @@ void PreparedOptimizer::step_optimizer() {
     const std::string where = st.non_finite_gradients();
     if (!where.empty()) {
       throw TrainingDiverged(
-          kComponent,
+          component::kAccelerator,
           "detect_anomaly: non-finite gradients at step " +
               std::to_string(st.optimizer_steps + 1) + " in " + where +
               "; the step was not taken. Lower the learning "

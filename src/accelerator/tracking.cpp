@@ -8,12 +8,11 @@
 
 #include "accelerator/state.h"
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
-namespace {
-constexpr const char* kComponent = "Accelerator";
-}  // namespace
+namespace {}  // namespace
 
 namespace detail {
 
@@ -38,7 +37,7 @@ void Accelerator::init_trackers(
   auto& st = *state_;
   if (st.options.log_with.empty() && st.options.trackers.empty()) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "init_trackers needs log_with to name a tracker, got none. Set "
         "AcceleratorOptions().log_with(\"jsonl\") (or csv, tensorboard, "
         "all), log_with in the config file, or pass your own in "
@@ -47,13 +46,13 @@ void Accelerator::init_trackers(
   if (project_name.empty() || project_name.find('/') != std::string::npos ||
       project_name == "." || project_name == "..") {
     throw InvalidArgument(
-        kComponent,
+        component::kAccelerator,
         "init_trackers needs a project name usable as a folder name, got '" +
             project_name + "'. Use letters, digits, '-' or '_'.");
   }
   if (!st.trackers.empty()) {
     throw UsageError(
-        kComponent,
+        component::kAccelerator,
         "init_trackers was already called for " + st.run_dir +
             ". Call it once per run, or end_training() first.");
   }

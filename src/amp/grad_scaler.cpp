@@ -12,6 +12,7 @@
 #include "ampkit/error.h"
 #include "ampkit/utils/warnings.h"
 
+#include "utils/components.h"
 #include "utils/non_finite.h"
 #include "utils/strings.h"
 
@@ -25,8 +26,6 @@ using detail::uses_extensions;
 using detail::validate;
 
 namespace {
-
-constexpr const char* kComponent = "GradScaler";
 
 using PerDevice = std::vector<std::pair<c10::Device, torch::Tensor>>;
 
@@ -59,7 +58,7 @@ GradScaler::GradScaler(GradScalerOptions options)
 void GradScaler::check_initialised(const char* funcname) const {
   if (!scale_.defined()) {
     throw UsageError(
-        kComponent,
+        component::kGradScaler,
         std::string("Attempted ") + funcname +
             " but _scale is None.  This may indicate your script did not use "
             "scaler.scale(loss or outputs) earlier in the iteration.");
@@ -127,7 +126,7 @@ std::vector<std::pair<c10::Device, torch::Tensor>> GradScaler::unscale_grads(
                                      ? *named + " (" + position_name(g, i) + ")"
                                      : position_name(g, i);
         throw InvalidArgument(
-            kComponent,
+            component::kGradScaler,
             "Attempting to unscale FP16 gradients. Parameter " + name +
                 " is float16, so its gradient is too, and an fp16 gradient "
                 "cannot hold the unscaled values reliably. Keep trainable "
@@ -194,12 +193,13 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   OptimizerState& state = per_optimizer_states_[&optimizer];
   if (state.stage == Stage::unscaled) {
     throw UsageError(
-        kComponent,
+        component::kGradScaler,
         "unscale_() has already been called on this optimizer since the last "
         "update().");
   }
   if (state.stage == Stage::stepped) {
-    throw UsageError(kComponent, "unscale_() is being called after step().");
+    throw UsageError(
+        component::kGradScaler, "unscale_() is being called after step().");
   }
   // The reciprocal is taken in double: float division can be inexact under
   // some compile options.
@@ -218,7 +218,7 @@ std::optional<torch::Tensor> GradScaler::step(
   }
   if (closure) {
     throw UsageError(
-        kComponent,
+        component::kGradScaler,
         "Closure use is not currently supported if GradScaler is enabled. "
         "Call the closure yourself, then scaler.step(optimizer).");
   }
@@ -244,7 +244,7 @@ std::optional<torch::Tensor> GradScaler::step(
 void GradScaler::check_recorded(const OptimizerState& state) {
   if (state.found_inf_per_device.empty()) {
     throw UsageError(
-        kComponent,
+        component::kGradScaler,
         "No inf checks were recorded for this optimizer. None of its "
         "parameters has a gradient: run backward() on scaler.scale(loss) "
         "before step(), with a loss that depends on these parameters.");
@@ -257,7 +257,8 @@ GradScaler::OptimizerState& GradScaler::state_for_step(
   OptimizerState& state = per_optimizer_states_[&optimizer];
   if (state.stage == Stage::stepped) {
     throw UsageError(
-        kComponent, "step() has already been called since the last update().");
+        component::kGradScaler,
+        "step() has already been called since the last update().");
   }
   return state;
 }
@@ -310,7 +311,7 @@ void GradScaler::update() {
   }
   if (found_infs.empty()) {
     throw UsageError(
-        kComponent,
+        component::kGradScaler,
         "No inf checks were recorded prior to update. Call "
         "scaler.step(optimizer) (or unscale_) for each optimizer before "
         "update().");
@@ -355,7 +356,7 @@ void GradScaler::update_on_host(const torch::Tensor& found_inf) {
   const int64_t limit = options_.max_skipped_steps_at_min_scale();
   if (limit > 0 && skipped_at_min_scale_ >= limit) {
     throw TrainingDiverged(
-        kComponent,
+        component::kGradScaler,
         "training diverged: " + std::to_string(skipped_at_min_scale_) +
             " steps in a row were skipped with the loss scale at its floor "
             "min_scale=" +
@@ -380,7 +381,7 @@ void GradScaler::report(double old_scale, double new_scale) {
     return;
   }
   warn(
-      kComponent,
+      component::kGradScaler,
       detail::skipped_step_line(r.step, r.where, old_scale, new_scale));
 }
 
@@ -425,7 +426,7 @@ void GradScaler::update(const torch::Tensor& new_scale) {
   if (!new_scale.defined() || new_scale.numel() != 1 ||
       new_scale.requires_grad()) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "new_scale should be a float or a 1-element tensor with "
         "requires_grad=false, got " +
             (new_scale.defined()

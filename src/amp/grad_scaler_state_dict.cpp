@@ -9,6 +9,7 @@
 #include "amp/scale_update.h"
 #include "ampkit/error.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 namespace ampkit {
@@ -16,9 +17,7 @@ namespace ampkit {
 using detail::uses_extensions;
 using detail::validate;
 
-namespace {
-constexpr const char* kComponent = "GradScaler";
-}  // namespace
+namespace {}  // namespace
 
 namespace {
 constexpr const char* kStateKeys[] = {
@@ -51,7 +50,7 @@ double read_double(const GradScalerState& state, const std::string& key) {
     return double(v.toInt());
   }
   throw InvalidArgument(
-      kComponent,
+      component::kGradScaler,
       "state key \"" + key + "\" must be a number, got a value of type " +
           v.tagKind() + ".");
 }
@@ -65,7 +64,7 @@ int64_t read_int(const GradScalerState& state, const std::string& key) {
     return static_cast<int64_t>(v.toDouble());
   }
   throw InvalidArgument(
-      kComponent,
+      component::kGradScaler,
       "state key \"" + key + "\" must be an integer, got " +
           (v.isDouble() ? detail::exact_number(v.toDouble())
                         : "a value of type " + v.tagKind()) +
@@ -100,7 +99,7 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
   }
   if (state.empty()) {
     throw UsageError(
-        kComponent,
+        component::kGradScaler,
         "The source state dict is empty, possibly because it was saved from "
         "a disabled instance of GradScaler.");
   }
@@ -111,7 +110,7 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
     }
     if (!known) {
       throw InvalidArgument(
-          kComponent,
+          component::kGradScaler,
           "unknown state key \"" + key + "\"; known keys: " + known_keys() +
               ".");
     }
@@ -119,7 +118,7 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
   for (size_t i = 0; i < kPyTorchKeys; ++i) {
     if (state.count(kStateKeys[i]) == 0) {
       throw InvalidArgument(
-          kComponent,
+          component::kGradScaler,
           std::string("state is missing the key \"") + kStateKeys[i] +
               "\"; a GradScaler state has scale, growth_factor, "
               "backoff_factor, growth_interval and _growth_tracker.");
@@ -150,7 +149,7 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
   const int64_t tracker = read_int(state, "_growth_tracker");
   if (tracker < 0 || tracker >= next.growth_interval()) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "_growth_tracker must be in [0, growth_interval=" +
             std::to_string(next.growth_interval()) + "), got " +
             std::to_string(tracker) + ".");

@@ -7,18 +7,17 @@
 
 #include "ampkit/error.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 namespace ampkit::detail {
 
-namespace {
-constexpr const char* kComponent = "GradScaler";
-}  // namespace
+namespace {}  // namespace
 
 void check_growth_factor(double v) {
   if (!(v > 1.0) || !std::isfinite(v)) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "growth_factor must be > 1.0 and finite, got " + exact_number(v) +
             ". It multiplies the scale after growth_interval clean steps; "
             "PyTorch's default is 2.0.");
@@ -27,7 +26,7 @@ void check_growth_factor(double v) {
 void check_backoff_factor(double v) {
   if (!(v > 0.0 && v < 1.0)) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "backoff_factor must be in (0, 1), got " + exact_number(v) +
             ". It multiplies the scale after a step with inf/NaN gradients; "
             "PyTorch's default is 0.5.");
@@ -36,7 +35,7 @@ void check_backoff_factor(double v) {
 void check_growth_interval(int64_t v) {
   if (v < 1 || v > INT32_MAX) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "growth_interval must be >= 1 (and fit in int32), got " +
             std::to_string(v) +
             ". It counts the clean steps before the scale grows; PyTorch's "
@@ -46,7 +45,7 @@ void check_growth_interval(int64_t v) {
 void check_scale_value(const char* what, double v) {
   if (!(v > 0.0) || !std::isfinite(v) || v > 3.4028234663852886e38) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         std::string(what) + " must be a positive, finite float32, got " +
             exact_number(v) +
             ". PyTorch's default init_scale is 65536.0 (2^16).");
@@ -60,7 +59,7 @@ void validate(const GradScalerOptions& o) {
   check_growth_interval(o.growth_interval());
   if (o.hysteresis() < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "hysteresis must be >= 1, got " + std::to_string(o.hysteresis()) +
             ". 1 backs off on every overflow (PyTorch); N waits for N "
             "overflows in a row.");
@@ -68,20 +67,20 @@ void validate(const GradScalerOptions& o) {
   if (!(o.min_scale() >= 0.0) || !std::isfinite(o.min_scale()) ||
       o.min_scale() > o.init_scale()) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "min_scale must be in [0, init_scale=" + exact_number(o.init_scale()) +
             "], got " + exact_number(o.min_scale()) + ". 0 means no floor.");
   }
   if (o.max_skipped_steps_at_min_scale() < 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "max_skipped_steps_at_min_scale must be >= 0, got " +
             std::to_string(o.max_skipped_steps_at_min_scale()) +
             ". 0 never stops training.");
   }
   if (o.max_skipped_steps_at_min_scale() > 0 && o.min_scale() == 0.0) {
     throw InvalidArgument(
-        kComponent,
+        component::kGradScaler,
         "max_skipped_steps_at_min_scale=" +
             std::to_string(o.max_skipped_steps_at_min_scale()) +
             " needs a floor, got min_scale 0. Set min_scale (for example "

@@ -17,13 +17,13 @@
 #include "checkpoint/files.h"
 #include "utils/crc32c.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 namespace ampkit::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kComponent = "Checkpoint";
 constexpr const char* kFormat = "ampkit-checkpoint";
 constexpr int kVersion = 1;
 
@@ -49,7 +49,7 @@ void replace_directory(const std::string& from, const std::string& to) {
   if (!fs::exists(to, ec)) {
     if (::rename(from.c_str(), to.c_str()) != 0) {
       throw IoError(
-          kComponent,
+          component::kCheckpoint,
           "cannot rename " + from + " to " + to + ": " + std::strerror(errno) +
               ".");
     }
@@ -66,7 +66,7 @@ void replace_directory(const std::string& from, const std::string& to) {
   if (::rename(to.c_str(), old.c_str()) != 0 ||
       ::rename(from.c_str(), to.c_str()) != 0) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         "cannot replace " + to + " with " + from + ": " + std::strerror(errno) +
             ".");
   }
@@ -108,7 +108,7 @@ std::string encode_manifest(const Manifest& m) {
 
 Manifest decode_manifest(std::string_view text, const std::string& origin) {
   auto bad = [&](const std::string& problem) {
-    throw IoError(kComponent, origin + ": " + problem);
+    throw IoError(component::kCheckpoint, origin + ": " + problem);
   };
   if (text.size() > 64 * 1024 * 1024) {
     bad("the manifest is " + std::to_string(text.size()) +
@@ -210,7 +210,7 @@ CheckpointWriter::CheckpointWriter(std::string dir)
   fs::create_directories(partial_, ec);
   if (ec) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         "cannot create the checkpoint folder " + partial_ + ": " +
             ec.message() + ". Pass a writable project_dir or output folder.");
   }
@@ -226,7 +226,7 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write(const std::string& name, std::string_view bytes) {
   if (!plain_name(name) || name == kManifestName) {
     throw InvalidArgument(
-        kComponent,
+        component::kCheckpoint,
         "a checkpoint file needs a plain name other than manifest.json, got '" +
             name + "'.");
   }
@@ -259,7 +259,7 @@ void write_file(
     const std::string& dir, const std::string& name, std::string_view bytes) {
   if (!plain_name(name) || name == kManifestName) {
     throw InvalidArgument(
-        kComponent,
+        component::kCheckpoint,
         "a checkpoint file needs a plain name other than manifest.json, got '" +
             name + "'.");
   }
@@ -275,14 +275,14 @@ std::string read_checkpoint_file(
   const std::string path = (fs::path(dir) / name).string();
   if (r == nullptr) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         dir + ": the manifest lists no " + name +
             "; the checkpoint was saved without it.");
   }
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         path +
             " is missing, though the manifest lists it; the checkpoint is "
             "damaged.");
@@ -290,14 +290,14 @@ std::string read_checkpoint_file(
   std::string bytes = detail::read_file(path);
   if (bytes.size() != r->size) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         path + " has " + std::to_string(bytes.size()) +
             " bytes, the manifest says " + std::to_string(r->size) +
             "; the file is truncated or was changed.");
   }
   if (ampkit::detail::crc32c(bytes) != r->crc32c) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         path + " fails its checksum (CRC32C " +
             std::to_string(ampkit::detail::crc32c(bytes)) +
             ", the manifest says " + std::to_string(r->crc32c) +
@@ -310,12 +310,13 @@ Manifest read_manifest(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw IoError(
-        kComponent, "no checkpoint at " + dir + " (not a directory).");
+        component::kCheckpoint,
+        "no checkpoint at " + dir + " (not a directory).");
   }
   const std::string path = (fs::path(dir) / kManifestName).string();
   if (!fs::exists(path, ec)) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         dir +
             " has no manifest.json: the save did not complete, so it is not "
             "loaded. Load an earlier checkpoint.");

@@ -10,12 +10,11 @@
 #include <filesystem>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 #include "utils/test_hooks.h"
 
 namespace ampkit::checkpoint::detail {
 namespace {
-
-constexpr const char* kComponent = "Checkpoint";
 
 std::string reason() {
   return std::strerror(errno);
@@ -49,11 +48,14 @@ class Fd {
 std::string read_file(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
-    throw IoError(kComponent, "cannot read " + path + ": " + reason() + ".");
+    throw IoError(
+        component::kCheckpoint, "cannot read " + path + ": " + reason() + ".");
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    throw IoError(kComponent, "cannot read " + path + ": not a regular file.");
+    throw IoError(
+        component::kCheckpoint,
+        "cannot read " + path + ": not a regular file.");
   }
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
@@ -64,7 +66,9 @@ std::string read_file(const std::string& path) {
       continue;
     }
     if (n < 0) {
-      throw IoError(kComponent, "cannot read " + path + ": " + reason() + ".");
+      throw IoError(
+          component::kCheckpoint,
+          "cannot read " + path + ": " + reason() + ".");
     }
     if (n == 0) {
       bytes.resize(done);  // shrank while reading
@@ -78,7 +82,9 @@ std::string read_file(const std::string& path) {
 void write_file_synced(const std::string& path, std::string_view bytes) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
-    throw IoError(kComponent, "cannot create " + path + ": " + reason() + ".");
+    throw IoError(
+        component::kCheckpoint,
+        "cannot create " + path + ": " + reason() + ".");
   }
   size_t done = 0;
   while (done < bytes.size()) {
@@ -89,7 +95,7 @@ void write_file_synced(const std::string& path, std::string_view bytes) {
     }
     if (n <= 0) {
       throw IoError(
-          kComponent,
+          component::kCheckpoint,
           "writing " + path + " stopped after " + std::to_string(done) +
               " of " + std::to_string(bytes.size()) + " bytes: " + reason() +
               ". Free space on that disk (the previous checkpoint is "
@@ -99,10 +105,13 @@ void write_file_synced(const std::string& path, std::string_view bytes) {
   }
   if (::fsync(fd.get()) != 0) {
     throw IoError(
-        kComponent, "fsync of " + path + " failed: " + reason() + ".");
+        component::kCheckpoint,
+        "fsync of " + path + " failed: " + reason() + ".");
   }
   if (::close(fd.release()) != 0) {
-    throw IoError(kComponent, "closing " + path + " failed: " + reason() + ".");
+    throw IoError(
+        component::kCheckpoint,
+        "closing " + path + " failed: " + reason() + ".");
   }
 }
 
@@ -110,7 +119,7 @@ void fsync_directory(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
     throw IoError(
-        kComponent,
+        component::kCheckpoint,
         "fsync of the directory " + path + " failed: " + reason() + ".");
   }
 }
@@ -121,7 +130,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     write_file_synced(tmp, bytes);
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       throw IoError(
-          kComponent,
+          component::kCheckpoint,
           "cannot rename " + tmp + " to " + path + ": " + reason() + ".");
     }
   } catch (...) {

@@ -14,12 +14,12 @@
 #include "ampkit/error.h"
 #include "ampkit/version.h"
 #include "checkpoint/files.h"
+#include "utils/components.h"
 
 namespace ampkit::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kComponent = "Checkpoint";
 constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
@@ -96,7 +96,7 @@ void load_model_state(
     message +=
         " nothing was loaded. Build the model with the architecture it was "
         "saved with.";
-    throw InvalidArgument(kComponent, message);
+    throw InvalidArgument(component::kCheckpoint, message);
   }
   torch::NoGradGuard no_grad;
   for (const auto& [name, t] : own) {
@@ -112,7 +112,7 @@ uint64_t parse_shard_size(const std::string& text) {
   if (!std::regex_match(text, m, pattern) ||
       (m[2].str().empty() && !m[3].str().empty())) {
     throw InvalidArgument(
-        kComponent,
+        component::kCheckpoint,
         "max_shard_size must be bytes or a size such as 10GB, 500MB or 2GiB, "
         "got '" +
             text + "'.");
@@ -131,7 +131,8 @@ uint64_t parse_shard_size(const std::string& text) {
   }
   if (value == 0) {
     throw InvalidArgument(
-        kComponent, "max_shard_size must be above 0, got '" + text + "'.");
+        component::kCheckpoint,
+        "max_shard_size must be above 0, got '" + text + "'.");
   }
   return value;
 }
@@ -145,7 +146,8 @@ void save_model(
   fs::create_directories(dir, ec);
   if (ec) {
     throw IoError(
-        kComponent, "cannot create " + dir + ": " + ec.message() + ".");
+        component::kCheckpoint,
+        "cannot create " + dir + ": " + ec.message() + ".");
   }
   std::vector<NamedTensors> shards(1);
   uint64_t current = 0, total = 0;
@@ -198,7 +200,7 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
     const std::string single = (fs::path(dir) / kSingle).string();
     if (!fs::exists(single, ec)) {
       throw IoError(
-          kComponent,
+          component::kCheckpoint,
           "no weights in " + dir + ": neither " + kSingle + " nor " + kIndex +
               " is there. Pass the folder save_model wrote.");
     }
@@ -211,19 +213,21 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
     index = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw IoError(
-        kComponent, index_path.string() + ": not valid JSON: " + e.what());
+        component::kCheckpoint,
+        index_path.string() + ": not valid JSON: " + e.what());
   }
   if (!index.is_object() || !index.contains("weight_map") ||
       !index["weight_map"].is_object()) {
     throw IoError(
-        kComponent, index_path.string() + ": no \"weight_map\" object.");
+        component::kCheckpoint,
+        index_path.string() + ": no \"weight_map\" object.");
   }
   std::map<std::string, std::set<std::string>> by_file;
   for (const auto& [tensor, file] : index["weight_map"].items()) {
     if (!file.is_string() ||
         file.get<std::string>().find('/') != std::string::npos) {
       throw IoError(
-          kComponent,
+          component::kCheckpoint,
           index_path.string() + ": weight_map['" + tensor +
               "'] must be a file name in the folder.");
     }
@@ -236,7 +240,7 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
     for (auto& [name, t] : shard.tensors) {
       if (!tensors.count(name)) {
         throw IoError(
-            kComponent,
+            component::kCheckpoint,
             path + " holds '" + name +
                 "', which the index maps to another file.");
       }

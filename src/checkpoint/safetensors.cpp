@@ -11,6 +11,7 @@
 
 #include "ampkit/error.h"
 #include "checkpoint/files.h"
+#include "utils/components.h"
 
 namespace ampkit::checkpoint {
 namespace {
@@ -19,7 +20,6 @@ static_assert(
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
     "safetensors data is little-endian; this reader copies bytes as they are");
 
-constexpr const char* kComponent = "Checkpoint";
 constexpr int kMaxDepth = 8;  // the header is {name: {shape: [..]}}: depth 3
 
 struct DtypeName {
@@ -40,7 +40,7 @@ constexpr DtypeName kDtypes[] = {
 };
 
 [[noreturn]] void bad(const std::string& origin, const std::string& problem) {
-  throw IoError(kComponent, origin + ": " + problem);
+  throw IoError(component::kCheckpoint, origin + ": " + problem);
 }
 
 // Nesting depth of the JSON text, outside strings: nlohmann's parser
@@ -88,7 +88,7 @@ std::string safetensors_dtype(c10::ScalarType dtype) {
     }
   }
   throw InvalidArgument(
-      kComponent,
+      component::kCheckpoint,
       std::string("safetensors cannot store dtype ") + c10::toString(dtype) +
           "; convert the tensor to one of bool, uint8, int8, int16, int32, "
           "int64, float16, bfloat16, float32, float64.");
@@ -106,13 +106,13 @@ std::string encode_safetensors(
   for (const auto& [name, tensor] : tensors) {
     if (!tensor.defined()) {
       throw InvalidArgument(
-          kComponent,
+          component::kCheckpoint,
           "tensor '" + name +
               "' is undefined; safetensors stores only defined tensors.");
     }
     if (name == "__metadata__" || !names.insert(name).second) {
       throw InvalidArgument(
-          kComponent,
+          component::kCheckpoint,
           "the tensor name '" + name +
               "' is repeated or reserved; names must be unique.");
     }

@@ -15,6 +15,7 @@
 #include "ampkit/config/config.h"
 #include "ampkit/error.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 using ampkit::detail::exact_number;
@@ -26,7 +27,6 @@ namespace ampkit::config {
 
 namespace {
 
-constexpr const char* kComponent = "ampkit config";
 constexpr int64_t kDefaultPort = 29500;
 
 std::string trim(std::string_view text) {
@@ -86,7 +86,7 @@ class Questionnaire {
       if (!std::getline(in_, line)) {
         out_ << '\n';
         throw UsageError(
-            kComponent,
+            component::kConfigCommand,
             "input ended before the question \"" + question +
                 "\" was answered, got end of input. Answers can be piped "
                 "one per line (an empty line takes the default in brackets), "

@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::data {
 
 namespace {
-
-constexpr const char* kComponent = "IDX reader";
 
 struct GzCloser {
   void operator()(gzFile_s* f) const {
@@ -34,7 +33,7 @@ void read_exact(
     const int got = gzread(f, dst, chunk);
     if (got <= 0) {
       throw IoError(
-          kComponent,
+          component::kIdxReader,
           path + ": file ends inside the " + what +
               " (truncated or not an IDX file). Reinstall the dataset "
               "(apt-get install --reinstall dataset-fashion-mnist) or check "
@@ -56,7 +55,7 @@ at::Tensor read_idx(const std::string& path) {
   GzFile file(gzopen(path.c_str(), "rb"));
   if (!file) {
     throw IoError(
-        kComponent,
+        component::kIdxReader,
         "cannot open " + path +
             ". For Fashion-MNIST install Debian's dataset-fashion-mnist "
             "(files under " +
@@ -66,7 +65,7 @@ at::Tensor read_idx(const std::string& path) {
   read_exact(file.get(), magic.data(), magic.size(), path, "header");
   if (magic[0] != 0 || magic[1] != 0) {
     throw IoError(
-        kComponent,
+        component::kIdxReader,
         path + ": not an IDX file, got magic bytes " +
             std::to_string(magic[0]) + " " + std::to_string(magic[1]) +
             " where 0 0 was expected.");
@@ -85,7 +84,7 @@ at::Tensor read_idx(const std::string& path) {
       });
   if (type == std::end(kTypes)) {
     throw IoError(
-        kComponent,
+        component::kIdxReader,
         path + ": unknown IDX element type, got " + std::to_string(magic[2]) +
             "; valid: 8 (uint8), 9 (int8), 11 (int16), 12 (int32), 13 "
             "(float32), 14 (float64).");
@@ -94,7 +93,8 @@ at::Tensor read_idx(const std::string& path) {
   const size_t element_size = c10::elementSize(dtype);
   const int ndims = magic[3];
   if (ndims == 0) {
-    throw IoError(kComponent, path + ": IDX file with 0 dimensions.");
+    throw IoError(
+        component::kIdxReader, path + ": IDX file with 0 dimensions.");
   }
   std::vector<int64_t> shape(ndims);
   size_t count = 1;
@@ -107,7 +107,7 @@ at::Tensor read_idx(const std::string& path) {
   constexpr size_t kMaxBytes = size_t(1) << 34;
   if (count * element_size > kMaxBytes) {
     throw IoError(
-        kComponent,
+        component::kIdxReader,
         path + ": header declares " + std::to_string(count * element_size) +
             " bytes of data, more than the 16 GiB this reader accepts.");
   }
@@ -130,7 +130,7 @@ FashionMnist load_fashion_mnist(bool train, const std::string& dir) {
   if (images.dim() != 3 || labels.dim() != 1 ||
       images.size(0) != labels.size(0)) {
     throw IoError(
-        kComponent,
+        component::kIdxReader,
         prefix + "-*: expected images [N, 28, 28] and labels [N], got " +
             std::to_string(images.dim()) + "-d images and " +
             std::to_string(labels.dim()) + "-d labels.");

@@ -10,11 +10,10 @@
 #include <utility>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::data {
 namespace {
-
-constexpr const char* kComponent = "ShardedSampler";
 
 // The global batch and this process's part of it: {W*B, B}, or {B, B/W}
 // with split_batches.
@@ -23,7 +22,7 @@ std::pair<size_t, size_t> batch_sizes(
   const auto w = static_cast<size_t>(options.num_processes());
   if (batch_size == 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kShardedSampler,
         "the batch size must be at least 1, got 0. Give the data loader a "
         "batch_size of 1 or more.");
   }
@@ -32,7 +31,7 @@ std::pair<size_t, size_t> batch_sizes(
   }
   if (batch_size % w != 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kShardedSampler,
         "split_batches needs the batch size divisible by num_processes, got "
         "batch size " +
             std::to_string(batch_size) + " and num_processes " +
@@ -71,7 +70,7 @@ int64_t read_int(torch::serialize::InputArchive& archive, const char* key) {
   torch::Tensor value;
   if (!archive.try_read(key, value, /*is_buffer=*/true)) {
     throw IoError(
-        kComponent,
+        component::kShardedSampler,
         std::string("the archive has no '") + key +
             "' entry, got an archive ShardedSampler::save did not write. "
             "Load the archive the sampler's save() wrote.");
@@ -88,7 +87,7 @@ void write_int(
 void check_same(const char* what, int64_t saved, int64_t now) {
   if (saved != now) {
     throw InvalidArgument(
-        kComponent,
+        component::kShardedSampler,
         std::string("the saved sampler's ") + what +
             " differs from this one's, got " + std::to_string(saved) +
             " saved and " + std::to_string(now) + " now. Resume with the " +
@@ -160,7 +159,7 @@ ShardedSampler::ShardedSampler(
     : state_(std::make_shared<State>()) {
   if (options.num_processes() < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kShardedSampler,
         "num_processes must be at least 1, got " +
             std::to_string(options.num_processes()) +
             ". Pass the number of processes (torch's world_size), e.g. "
@@ -169,7 +168,7 @@ ShardedSampler::ShardedSampler(
   if (options.process_index() < 0 ||
       options.process_index() >= options.num_processes()) {
     throw InvalidArgument(
-        kComponent,
+        component::kShardedSampler,
         "process_index must be in [0, " +
             std::to_string(options.num_processes()) + "), got " +
             std::to_string(options.process_index()) +
@@ -203,7 +202,7 @@ torch::optional<std::vector<size_t>> ShardedSampler::next(size_t batch_size) {
   if (s.batch == 0) {
     if (s.skip > 0 && s.skip_batch != 0 && batch_size != s.skip_batch) {
       throw UsageError(
-          kComponent,
+          component::kShardedSampler,
           "the resumed epoch " + std::to_string(s.epoch) + " was saved after " +
               std::to_string(s.skip) + " batches of size " +
               std::to_string(s.skip_batch) + ", got batch size " +
@@ -217,7 +216,7 @@ torch::optional<std::vector<size_t>> ShardedSampler::next(size_t batch_size) {
     s.skip = 0;
   } else if (batch_size != s.batch) {
     throw UsageError(
-        kComponent,
+        component::kShardedSampler,
         "the batch size changed within epoch " + std::to_string(s.epoch) +
             ", got " + std::to_string(batch_size) + " after " +
             std::to_string(s.batch) +
@@ -245,7 +244,7 @@ void ShardedSampler::save_position(
   const auto& o = s.options;
   if (batches > s.position) {
     throw InvalidArgument(
-        kComponent,
+        component::kShardedSampler,
         "save_position: " + std::to_string(batches) +
             " batches consumed, but the sampler has yielded only " +
             std::to_string(s.position) + " in epoch " +

@@ -8,12 +8,11 @@
 
 #include "ampkit/error.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 namespace ampkit {
-namespace {
-constexpr const char* kComponent = "MemoryEstimate";
-}  // namespace
+namespace {}  // namespace
 
 MemoryEstimate estimate_memory(
     int64_t parameters,
@@ -23,7 +22,7 @@ MemoryEstimate estimate_memory(
     int64_t processes) {
   if (zero_stage < 0 || zero_stage > 2) {
     throw InvalidArgument(
-        kComponent,
+        component::kMemoryEstimate,
         "zero_stage must be 0, 1 or 2, got " + std::to_string(zero_stage) +
             (zero_stage == 3 ? " (stage 3, sharded parameters, is not "
                                "implemented by ampkit)."
@@ -31,19 +30,19 @@ MemoryEstimate estimate_memory(
   }
   if (processes < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kMemoryEstimate,
         "the number of processes must be >= 1, got " +
             std::to_string(processes) + ".");
   }
   if (parameters <= 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kMemoryEstimate,
         "the parameter count must be positive, got " +
             std::to_string(parameters) + ". Pass e.g. --params 7B.");
   }
   if (precision == Precision::automatic) {
     throw InvalidArgument(
-        kComponent,
+        component::kMemoryEstimate,
         "mixed_precision must be no, fp16 or bf16, got auto. Name the "
         "precision to estimate.");
   }
@@ -56,7 +55,8 @@ MemoryEstimate estimate_memory(
     e.optimizer_state = 4 * n;
   } else {
     throw InvalidArgument(
-        kComponent, "optimizer must be adamw or sgd, got '" + optimizer + "'.");
+        component::kMemoryEstimate,
+        "optimizer must be adamw or sgd, got '" + optimizer + "'.");
   }
   if (precision == Precision::no) {
     e.weights = 4 * n;
@@ -85,7 +85,7 @@ MemoryEstimate estimate_memory(
 int64_t parse_parameter_count(const std::string& text) {
   const auto bad = [&text]() {
     return InvalidArgument(
-        kComponent,
+        component::kMemoryEstimate,
         "--params must be a count with an optional K, M or B suffix, got '" +
             text + "'. Examples: 350M, 1.5B, 125000.");
   };

@@ -13,11 +13,11 @@
 #include <unordered_map>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::diag {
 
 namespace {
-constexpr const char* kComponent = "Profiler";
 namespace legacy = torch::autograd::profiler;
 }  // namespace
 
@@ -42,7 +42,7 @@ Profiler::Profiler(ProfileOptions options)
         o.with_flops()));
   } catch (const c10::Error& e) {
     throw UsageError(
-        kComponent,
+        component::kProfiler,
         std::string("cannot start: ") + e.what_without_backtrace() +
             ". Stop the running profiler (one per thread) first.");
   }
@@ -83,7 +83,7 @@ void Profiler::export_chrome_trace(const std::string& path) {
   std::ofstream out(path);
   if (!out) {
     throw IoError(
-        kComponent,
+        component::kProfiler,
         "cannot write the trace " + path +
             ". Choose a writable output_trace_dir.");
   }
@@ -167,7 +167,7 @@ std::vector<OpStats> Profiler::key_averages(const std::string& sort_by) {
   const auto key = keys.find(sort_by);
   if (key == keys.end()) {
     throw InvalidArgument(
-        kComponent,
+        component::kProfiler,
         "sort_by must be self_cpu_time_total, cpu_time_total, count, "
         "self_cpu_memory_usage or flops, got '" +
             sort_by + "'.");

@@ -10,11 +10,11 @@
 #include "ampkit/error.h"
 #include "dist/compat.h"
 #include "dist/group_impl.h"
+#include "utils/components.h"
 
 namespace ampkit::dist {
 namespace {
 
-constexpr const char* kComponent = "Distributed";
 // DDP's first bucket: small, so the last layers' gradients (ready first)
 // start their all-reduce early.
 constexpr int64_t kFirstBucketBytes = 1024 * 1024;
@@ -81,20 +81,21 @@ GradientSynchronizer::GradientSynchronizer(
   auto& im = *impl_;
   if (!group) {
     throw InvalidArgument(
-        kComponent, "GradientSynchronizer needs a process group, got none.");
+        component::kDistributed,
+        "GradientSynchronizer needs a process group, got none.");
   }
   if (options.bucket_cap_mb() <= 0) {
     std::ostringstream v;
     v << options.bucket_cap_mb();
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "bucket_cap_mb must be positive, got " + v.str() +
             ". DDP's default is 25.");
   }
   if (auto c = options.compression();
       c && *c != torch::kBFloat16 && *c != torch::kHalf) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         std::string("gradient compression must be bf16 or fp16, got ") +
             c10::toString(*c) + ".");
   }
@@ -125,7 +126,7 @@ GradientSynchronizer::GradientSynchronizer(
 
   if (im.params.empty()) {
     throw UsageError(
-        kComponent,
+        component::kDistributed,
         "prepare(model) found no parameter that requires a gradient, so "
         "there is nothing to synchronise. Prepare the model you train.");
   }
@@ -175,7 +176,7 @@ GradientSynchronizer::GradientSynchronizer(
       pg->allreduce(probe)->wait();
     } catch (const std::exception& e) {
       throw Unsupported(
-          kComponent,
+          component::kDistributed,
           std::string("gradient compression to ") + c10::toString(*c) +
               " needs a backend that all-reduces that type; this LibTorch's " +
               im.group->backend() + " does not (" + e.what() +
@@ -235,7 +236,7 @@ void GradientSynchronizer::after_forward(
   }
   if (im.options.find_unused_parameters() && outputs.empty()) {
     throw UsageError(
-        kComponent,
+        component::kDistributed,
         "find_unused_parameters needs the forward's output tensors, got a "
         "model output ampkit cannot look into. Return a tensor, a vector, "
         "pair or tuple of tensors from forward.");
@@ -266,7 +267,7 @@ void GradientSynchronizer::after_backward() {
   }
   if (count > 0) {
     throw UsageError(
-        kComponent,
+        component::kDistributed,
         std::to_string(count) +
             " parameter(s) got no gradient in this "
             "backward, so their all-reduce never ran and the processes "

@@ -6,12 +6,12 @@
 
 #include "ampkit/error.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 namespace ampkit::dist {
 namespace {
 
-constexpr const char* kComponent = "Distributed";
 constexpr const char* kHowToLaunch =
     " Start the processes with `ampkit launch --num_processes N ./train` or "
     "`torchrun --nproc_per_node N ./train`, which set RANK, WORLD_SIZE, "
@@ -27,14 +27,15 @@ std::optional<int64_t> read_int(
   if (!value) {
     if (required) {
       throw InvalidArgument(
-          kComponent, name + " is not set, but " + why + "." + kHowToLaunch);
+          component::kDistributed,
+          name + " is not set, but " + why + "." + kHowToLaunch);
     }
     return std::nullopt;
   }
-  const auto parsed = detail::parse_int(*value);
+  const auto parsed = ampkit::detail::parse_int(*value);
   if (!parsed) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         name + " must be an integer, got '" + *value + "'." + kHowToLaunch);
   }
   return *parsed;
@@ -47,7 +48,7 @@ void check_range(
     int64_t size) {
   if (value < 0 || value >= size) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         name + " must be in [0, " + size_name + "=" + std::to_string(size) +
             "), got " + std::to_string(value) + "." + kHowToLaunch);
   }
@@ -60,7 +61,7 @@ void read_master(const EnvLookup& env, DistEnv& out, const std::string& who) {
   auto addr = env("MASTER_ADDR");
   if (!addr || addr->empty()) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "MASTER_ADDR is not set, but " + why +
             ". Set MASTER_ADDR to the address of the machine of rank 0 "
             "(127.0.0.1 on one machine)." +
@@ -70,7 +71,7 @@ void read_master(const EnvLookup& env, DistEnv& out, const std::string& who) {
   const int64_t port = *read_int(env, "MASTER_PORT", true, why);
   if (port < 1 || port > 65535) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "MASTER_PORT must be in [1, 65535], got " + std::to_string(port) + "." +
             kHowToLaunch);
   }
@@ -121,7 +122,7 @@ DistEnv detect_env(const EnvLookup& env) {
         env, "WORLD_SIZE", true, "RANK is set, so this is a distributed run");
     if (out.world_size < 1) {
       throw InvalidArgument(
-          kComponent,
+          component::kDistributed,
           "WORLD_SIZE must be at least 1, got " +
               std::to_string(out.world_size) + "." + kHowToLaunch);
     }
@@ -132,7 +133,7 @@ DistEnv detect_env(const EnvLookup& env) {
         read_int(env, "LOCAL_WORLD_SIZE", false, "").value_or(-1);
     if (out.local_world_size == 0 || out.local_world_size > out.world_size) {
       throw InvalidArgument(
-          kComponent,
+          component::kDistributed,
           "LOCAL_WORLD_SIZE must be in [1, WORLD_SIZE=" +
               std::to_string(out.world_size) + "], got " +
               std::to_string(out.local_world_size) + "." + kHowToLaunch);
@@ -145,7 +146,7 @@ DistEnv detect_env(const EnvLookup& env) {
     if (out.local_rank < 0) {
       if (!out.single_node() && out.world_size > 1) {
         throw InvalidArgument(
-            kComponent,
+            component::kDistributed,
             "LOCAL_RANK is not set in a run over several machines "
             "(MASTER_ADDR " +
                 out.master_addr +
@@ -165,7 +166,7 @@ DistEnv detect_env(const EnvLookup& env) {
     out.world_size = *read_int(env, "SLURM_NTASKS", true, "");
     if (out.world_size < 1) {
       throw InvalidArgument(
-          kComponent,
+          component::kDistributed,
           "SLURM_NTASKS must be at least 1, got " +
               std::to_string(out.world_size) + ".");
     }
@@ -195,7 +196,7 @@ DistEnv detect_env(const EnvLookup& env) {
         env, "OMPI_COMM_WORLD_SIZE", true, "OMPI_COMM_WORLD_RANK is set");
     if (out.world_size < 1) {
       throw InvalidArgument(
-          kComponent,
+          component::kDistributed,
           "OMPI_COMM_WORLD_SIZE must be at least 1, got " +
               std::to_string(out.world_size) + ".");
     }

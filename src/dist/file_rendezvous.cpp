@@ -17,12 +17,11 @@
 #include <thread>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::dist::detail {
 
 namespace {
-
-constexpr const char* kComponent = "Distributed";
 
 std::string sanitize(const std::string& text) {
   std::string out;
@@ -41,7 +40,7 @@ std::string sanitize(const std::string& text) {
 void ensure_private_dir(const std::string& path) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
     throw IoError(
-        kComponent,
+        component::kDistributed,
         "cannot create the rendezvous directory " + path + ": " +
             std::strerror(errno) +
             ". Set AMPKIT_RDZV_DIR to a writable directory.");
@@ -50,7 +49,7 @@ void ensure_private_dir(const std::string& path) {
   if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
       st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
     throw IoError(
-        kComponent,
+        component::kDistributed,
         "the rendezvous directory " + path +
             " must be a directory owned by this user with mode 0700 (no "
             "symlink), got something else. Remove it, or set "
@@ -131,12 +130,14 @@ FileRendezvous file_rendezvous(
       std::ofstream out(tmp, std::ios::trunc);
       out << pid << ' ' << process_start_time(pid) << ' ' << nonce << '\n';
       if (!out.flush()) {
-        throw IoError(kComponent, "cannot write the rendezvous marker " + tmp);
+        throw IoError(
+            component::kDistributed,
+            "cannot write the rendezvous marker " + tmp);
       }
     }
     if (::rename(tmp.c_str(), r.marker.c_str()) != 0) {
       throw IoError(
-          kComponent,
+          component::kDistributed,
           "cannot publish the rendezvous marker " + r.marker + ": " +
               std::strerror(errno));
     }
@@ -159,7 +160,7 @@ FileRendezvous file_rendezvous(
     }
     if (std::chrono::steady_clock::now() > deadline) {
       throw DistributedError(
-          kComponent,
+          component::kDistributed,
           "rank " + std::to_string(env.rank) + " waited " + seconds(timeout) +
               " for rank 0 to open the rendezvous " + r.marker + ", got " +
               last_seen +

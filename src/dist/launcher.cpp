@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::dist {
 namespace {
@@ -41,7 +42,6 @@ int64_t threads_per_process(int64_t local_processes) {
   return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_processes));
 }
 
-constexpr const char* kComponent = "Launch";
 int g_signal_pipe[2] = {-1, -1};
 
 void on_signal(int sig) {
@@ -74,12 +74,14 @@ class Reaper {
     int fds[2];
     if (::pipe(fds) != 0) {
       throw IoError(
-          kComponent, std::string("pipe failed: ") + std::strerror(errno));
+          component::kLaunch,
+          std::string("pipe failed: ") + std::strerror(errno));
     }
     pid_ = ::fork();
     if (pid_ < 0) {
       throw IoError(
-          kComponent, std::string("fork failed: ") + std::strerror(errno));
+          component::kLaunch,
+          std::string("fork failed: ") + std::strerror(errno));
     }
     if (pid_ == 0) {
       ::close(fds[1]);
@@ -194,7 +196,8 @@ class Group {
       int fds[2];
       if (::pipe(fds) != 0) {
         throw IoError(
-            kComponent, std::string("pipe failed: ") + std::strerror(errno));
+            component::kLaunch,
+            std::string("pipe failed: ") + std::strerror(errno));
       }
       const pid_t parent = ::getpid();
       const pid_t pid = ::fork();
@@ -458,35 +461,35 @@ class Group {
 int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   if (o.command.empty()) {
     throw InvalidArgument(
-        kComponent,
+        component::kLaunch,
         "no program to launch. Usage: ampkit launch [options] PROGRAM "
         "[ARGS...]");
   }
   if (o.num_processes < 1 || o.num_machines < 1 ||
       o.num_processes % o.num_machines != 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kLaunch,
         "num_processes must be a positive multiple of num_machines, got " +
             std::to_string(o.num_processes) + " processes on " +
             std::to_string(o.num_machines) + " machines.");
   }
   if (o.machine_rank < 0 || o.machine_rank >= o.num_machines) {
     throw InvalidArgument(
-        kComponent,
+        component::kLaunch,
         "machine_rank must be in [0, num_machines=" +
             std::to_string(o.num_machines) + "), got " +
             std::to_string(o.machine_rank) + ".");
   }
   if (o.num_cpu_threads_per_process < 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kLaunch,
         "num_cpu_threads_per_process must be >= 0, got " +
             std::to_string(o.num_cpu_threads_per_process) +
             ". 0 shares the machine's cores among its processes.");
   }
   if (o.max_restarts < 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kLaunch,
         "max_restarts must be >= 0, got " + std::to_string(o.max_restarts) +
             ".");
   }
@@ -494,7 +497,7 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   if (port == 0) {
     if (o.num_machines > 1) {
       throw InvalidArgument(
-          kComponent,
+          component::kLaunch,
           "main_process_port 0 (pick a free port) works on one machine only; "
           "with " +
               std::to_string(o.num_machines) +
@@ -507,7 +510,7 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
     std::filesystem::create_directories(o.log_dir, ec);
     if (ec || ::access(o.log_dir.c_str(), W_OK) != 0) {
       throw IoError(
-          kComponent,
+          component::kLaunch,
           "cannot write the worker logs into --log_dir " + o.log_dir + ": " +
               (ec ? ec.message() : std::string(std::strerror(errno))) +
               ". Pass a writable folder.");
@@ -515,7 +518,8 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   }
   if (::pipe(g_signal_pipe) != 0) {
     throw IoError(
-        kComponent, std::string("pipe failed: ") + std::strerror(errno));
+        component::kLaunch,
+        std::string("pipe failed: ") + std::strerror(errno));
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

@@ -24,6 +24,7 @@
 #include "dist/compat.h"
 #include "dist/file_rendezvous.h"
 #include "dist/group_impl.h"
+#include "utils/components.h"
 
 namespace ampkit::dist {
 
@@ -33,7 +34,6 @@ using detail::seconds;
 
 namespace {
 
-constexpr const char* kComponent = "Distributed";
 constexpr int kMaxDims = 8;
 
 std::string failure_key(int64_t rank) {
@@ -91,7 +91,7 @@ ProcessGroup::ProcessGroup(
   set_warning_rank(env.rank, env.world_size);
   if (options.timeout().count() <= 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "timeout must be positive, got " + seconds(options.timeout()) +
             ". Pass e.g. std::chrono::minutes(30).");
   }
@@ -102,7 +102,7 @@ ProcessGroup::ProcessGroup(
     im.backend = backend;
   } else {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "backend must be gloo or nccl, got '" + backend +
             "'. Leave it empty to pick NCCL on GPUs and Gloo on CPUs.");
   }
@@ -122,7 +122,7 @@ ProcessGroup::ProcessGroup(
     o.waitWorkers = true;
     o.timeout = options.timeout();
     warn(
-        kComponent,
+        component::kDistributed,
         "the rendezvous port " + env.master_addr + ':' +
             std::to_string(env.master_port) +
             " (c10d TCPStore) is unauthenticated and listens on every "
@@ -132,7 +132,7 @@ ProcessGroup::ProcessGroup(
       im.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     } catch (const std::exception& e) {
       throw DistributedError(
-          kComponent,
+          component::kDistributed,
           "rank " + std::to_string(rank) + " could not reach the rendezvous " +
               env.master_addr + ":" + std::to_string(env.master_port) +
               " within " + seconds(options.timeout()) + ", got: " + e.what() +
@@ -158,7 +158,7 @@ ProcessGroup::ProcessGroup(
     throw;
   } catch (const std::exception& e) {
     throw DistributedError(
-        kComponent,
+        component::kDistributed,
         "rank " + std::to_string(rank) + " could not connect the " +
             im.backend + " group of " + std::to_string(size) +
             " processes within " + seconds(options.timeout()) + " (" +
@@ -271,13 +271,13 @@ void ProcessGroup::rethrow_explained(const std::string& operation) {
   if (!causes.empty()) {
     im.peer_failed = true;
     throw DistributedError(
-        kComponent,
+        component::kDistributed,
         operation + " on rank " + std::to_string(im.env.rank) +
             " stopped because " + causes + " (the " + im.backend +
             " error here: " + original + ")");
   }
   throw DistributedError(
-      kComponent,
+      component::kDistributed,
       operation + " on rank " + std::to_string(im.env.rank) +
           " failed: " + original +
           ". No other rank reported an error: one may have been killed, "
@@ -375,7 +375,7 @@ void ProcessGroup::barrier() {
 void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   if (op == ReduceOp::mean && !tensor.is_floating_point()) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "all_reduce mean needs a floating tensor, got " +
             std::string(c10::toString(tensor.scalar_type())) +
             ". Convert it first (tensor.to(torch::kFloat)).");
@@ -468,7 +468,7 @@ void ProcessGroup::reduce_scatter(
   }
   if (!valid) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "reduce_scatter needs a 1-dim tensor and " + std::to_string(n + 1) +
             " non-decreasing boundaries from 0 to its length " +
             std::to_string(flat.numel()) + ", got " +
@@ -478,7 +478,7 @@ void ProcessGroup::reduce_scatter(
   const int64_t length = boundaries[rank() + 1] - begin;
   if (output.numel() != length) {
     throw InvalidArgument(
-        kComponent,
+        component::kDistributed,
         "reduce_scatter's output must hold this process's part, " +
             std::to_string(length) + " values, got " +
             std::to_string(output.numel()) + ".");

@@ -19,6 +19,7 @@
 
 #include "ampkit/error.h"
 #include "optim/param_info.h"
+#include "utils/components.h"
 
 #include "optim/compat.h"  // AMPKIT_HAS_ATEN_FUSED_OPTIM
 #if AMPKIT_HAS_ATEN_FUSED_OPTIM
@@ -31,7 +32,6 @@ namespace ampkit::optim {
 
 namespace {
 
-constexpr const char* kComponent = "aten_fused_step";
 constexpr const char* kHint =
     " ATen's fused step needs torch::optim::Adam, AdamW or SGD on dense "
     "float32/float64/float16/bfloat16 parameters on the CPU or a CUDA "
@@ -333,7 +333,7 @@ std::optional<std::string> aten_fused_step_unsupported_reason(
     torch::optim::Optimizer& optimizer) {
   auto reason = unsupported_reason(optimizer);
   if (reason) {
-    *reason = std::string(kComponent) + ": " + *reason;
+    *reason = std::string(component::kAtenFusedStep) + ": " + *reason;
   }
   return reason;
 }
@@ -343,12 +343,12 @@ void aten_fused_step(
     const torch::Tensor& grad_scale,
     const torch::Tensor& found_inf) {
   if (auto reason = unsupported_reason(optimizer)) {
-    throw Unsupported(kComponent, *reason);
+    throw Unsupported(component::kAtenFusedStep, *reason);
   }
   for (const at::Tensor* t : {&grad_scale, &found_inf}) {
     if (t->defined() && (t->dim() != 0 || t->scalar_type() != at::kFloat)) {
       throw InvalidArgument(
-          kComponent,
+          component::kAtenFusedStep,
           std::string(t == &grad_scale ? "grad_scale" : "found_inf") +
               " must be a 0-dim float32 tensor, got " +
               detail::describe_tensor(*t) +

@@ -10,11 +10,11 @@
 
 #include "ampkit/error.h"
 #include "optim/compat.h"
+#include "utils/components.h"
 
 namespace ampkit::optim {
 
 namespace {
-constexpr const char* kComponent = "ScheduleFreeAdamW";
 
 using Options = ScheduleFreeAdamWOptions;
 using ParamState = ScheduleFreeAdamWParamState;
@@ -22,7 +22,8 @@ using ParamState = ScheduleFreeAdamWParamState;
 void check(bool ok, const std::string& what, double value) {
   if (!ok) {
     throw InvalidArgument(
-        kComponent, what + ", got " + std::to_string(value) + ".");
+        component::kScheduleFreeAdamW,
+        what + ", got " + std::to_string(value) + ".");
   }
 }
 }  // namespace
@@ -124,7 +125,7 @@ void ScheduleFreeAdamW::switch_mode(bool to_train) {
     const double beta1 = std::get<0>(options.betas());
     const double weight = to_train ? 1 - beta1 : 1 - 1 / beta1;
     for (auto& p : group.params()) {
-      auto it = state().find(detail::state_key(p));
+      auto it = state().find(ampkit::detail::state_key(p));
       if (it != state().end()) {
         const auto& z = static_cast<ParamState&>(*it->second).z();
         p.lerp_(z.to(p.device()), weight);
@@ -137,7 +138,7 @@ void ScheduleFreeAdamW::switch_mode(bool to_train) {
 torch::Tensor ScheduleFreeAdamW::step(LossClosure closure) {
   if (!train_mode()) {
     throw UsageError(
-        kComponent,
+        component::kScheduleFreeAdamW,
         "step() in eval mode. Call optimizer.train() before training and "
         "optimizer.eval() before evaluating or saving, as with the "
         "schedulefree package.");
@@ -170,7 +171,7 @@ torch::Tensor ScheduleFreeAdamW::step(LossClosure closure) {
       if (!y.grad().defined()) {
         continue;
       }
-      auto& slot = state()[detail::state_key(y)];
+      auto& slot = state()[ampkit::detail::state_key(y)];
       if (!slot) {
         auto fresh = std::make_unique<ParamState>();
         fresh->z(y.clone(at::MemoryFormat::Preserve));
@@ -220,7 +221,7 @@ void ScheduleFreeAdamW::load(torch::serialize::InputArchive& archive) {
   torch::serialize::InputArchive groups;
   if (!archive.try_read(kGroupOptions, groups)) {
     throw IoError(
-        kComponent,
+        component::kScheduleFreeAdamW,
         "the archive has no per-group state (k, weight_sum, mode); got one "
         "another optimizer wrote. Load what ScheduleFreeAdamW::save wrote.");
   }
@@ -228,7 +229,7 @@ void ScheduleFreeAdamW::load(torch::serialize::InputArchive& archive) {
     torch::serialize::InputArchive group;
     if (!groups.try_read(std::to_string(i), group)) {
       throw IoError(
-          kComponent,
+          component::kScheduleFreeAdamW,
           "the archive has " + std::to_string(i) +
               " param groups, the optimizer " +
               std::to_string(param_groups().size()) +

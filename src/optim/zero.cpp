@@ -10,11 +10,10 @@
 #include <unordered_set>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::optim {
 namespace {
-
-constexpr const char* kComponent = "ZeRO";
 
 std::string position_name(size_t g, size_t i) {
   return "param_groups[" + std::to_string(g) + "][" + std::to_string(i) + "]";
@@ -61,7 +60,7 @@ std::vector<int64_t> partition_boundaries(
     const std::vector<int64_t>& sizes, int64_t num_shards) {
   if (num_shards < 1) {
     throw InvalidArgument(
-        kComponent,
+        component::kZero,
         "the parameters need at least 1 shard, got " +
             std::to_string(num_shards) + ".");
   }
@@ -114,7 +113,7 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
       bytes += bytes_of(d->sum());
     } else {
       throw UsageError(
-          kComponent,
+          component::kZero,
           "optimizer_state_bytes counts the state of Adam, AdamW, SGD, "
           "RMSprop and Adagrad, got another optimizer's state. Count its "
           "tensors yourself.");
@@ -130,13 +129,13 @@ ShardedOptimizer::ShardedOptimizer(
     : optimizer_(optimizer), group_(std::move(group)), stage_(stage) {
   if (stage != 1 && stage != 2) {
     throw InvalidArgument(
-        kComponent,
+        component::kZero,
         "ShardedOptimizer implements ZeRO stages 1 and 2, got stage " +
             std::to_string(stage) + ". Use 0 (no sharding), 1 or 2.");
   }
   if (!optimizer.state().empty()) {
     throw UsageError(
-        kComponent,
+        component::kZero,
         "the optimizer has already stepped (it holds state), so its state "
         "cannot be partitioned. Prepare the optimizer before training.");
   }
@@ -160,20 +159,20 @@ ShardedOptimizer::ShardedOptimizer(
       const std::string where = position_name(g, i);
       if (!seen.insert(p.unsafeGetTensorImpl()).second) {
         throw InvalidArgument(
-            kComponent,
+            component::kZero,
             "the optimizer's parameter " + where +
                 " appears twice. Give each parameter to one param group.");
       }
       if (p.is_sparse() || !p.is_non_overlapping_and_dense()) {
         throw InvalidArgument(
-            kComponent,
+            component::kZero,
             "ZeRO flattens the parameters into one buffer, but " + where +
                 " is sparse or not dense. Use zero_stage 0 for this model.");
       }
       if (!params_.empty() && (p.scalar_type() != params_[0].scalar_type() ||
                                p.device() != params_[0].device())) {
         throw InvalidArgument(
-            kComponent,
+            component::kZero,
             "ZeRO flattens an optimizer's parameters into one buffer, so "
             "they must share one dtype and device: param_groups[0] starts "
             "with " +
@@ -190,7 +189,7 @@ ShardedOptimizer::ShardedOptimizer(
   }
   if (params_.empty()) {
     throw InvalidArgument(
-        kComponent,
+        component::kZero,
         "the optimizer holds no parameter that requires a gradient, so there "
         "is nothing to partition.");
   }

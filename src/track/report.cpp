@@ -17,6 +17,7 @@
 
 #include "track/run_reader.h"
 #include "track/svg_chart.h"
+#include "utils/components.h"
 
 namespace ampkit::track {
 
@@ -34,7 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kComponent = "Report";
 constexpr const char* kReportFile = "report.html";
 
 Line make_line(
@@ -140,7 +140,7 @@ RunData read_run(const std::string& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec)) {
     throw IoError(
-        kComponent,
+        component::kReport,
         "run directory not found, got '" + run_dir +
             "'. Pass the directory a tracker wrote (project_dir/project_name), "
             "which holds metrics.jsonl or metrics.csv.");
@@ -159,7 +159,7 @@ RunData read_run(const std::string& run_dir) {
     detail::read_csv(csv.string(), run.series);
   } else {
     throw IoError(
-        kComponent,
+        component::kReport,
         "no metrics file in the run directory, got '" + run_dir +
             "'. Expected " + kJsonlFile + " or " + kCsvFile +
             " there: log with the jsonl or csv tracker (log_with=\"jsonl\"), "
@@ -323,7 +323,7 @@ void write_report(const std::string& run_dir, const std::string& output_path) {
     if (!out) {
       fs::remove(tmp, ec);
       throw IoError(
-          kComponent,
+          component::kReport,
           "cannot write the report, got '" + path +
               "'. Check that its folder exists and is writable, or choose "
               "another output path.");
@@ -334,7 +334,7 @@ void write_report(const std::string& run_dir, const std::string& output_path) {
     const std::string reason = ec.message();
     fs::remove(tmp, ec);
     throw IoError(
-        kComponent,
+        component::kReport,
         "cannot move the report into place, got '" + path + "' (" + reason +
             "). Check that the path is not a directory.");
   }

@@ -13,12 +13,11 @@
 
 #include "ampkit/error.h"
 
+#include "utils/components.h"
 #include "utils/strings.h"
 
 namespace ampkit::track::detail {
 namespace {
-
-constexpr const char* kComponent = "Report";
 
 std::string clip(const std::string& text, size_t max_chars = 80) {
   return text.size() <= max_chars ? text : text.substr(0, max_chars) + "...";
@@ -100,7 +99,7 @@ std::ifstream open_for_reading(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw IoError(
-        kComponent,
+        component::kReport,
         "cannot open " + path + " for reading, got '" + path +
             "'. Check that the file is readable.");
   }
@@ -158,7 +157,7 @@ RunConfig read_config(const std::string& path) {
     const size_t byte = std::min<size_t>(e.byte, text.size());
     const size_t line = 1 + std::count(text.begin(), text.begin() + byte, '\n');
     throw IoError(
-        kComponent,
+        component::kReport,
         where(path, line) + ": config is not valid JSON, got '" +
             clip(e.what()) +
             "'. config.json must be one JSON object of settings; rewrite it "
@@ -166,7 +165,7 @@ RunConfig read_config(const std::string& path) {
   }
   if (!j.is_object()) {
     throw IoError(
-        kComponent,
+        component::kReport,
         path + ": config is not a JSON object, got '" + clip(j.dump()) +
             "'. config.json must be one JSON object of settings, such as "
             "{\"mixed_precision\": \"bf16\"}.");
@@ -197,13 +196,13 @@ void read_jsonl(
       j = nlohmann::json::parse(quote_non_finite_literals(line));
     } catch (const nlohmann::json::parse_error&) {
       throw IoError(
-          kComponent,
+          component::kReport,
           where(path, line_number) + ": line is not valid JSON, got '" +
               clip(line) + "'" + hint);
     }
     if (!j.is_object()) {
       throw IoError(
-          kComponent,
+          component::kReport,
           where(path, line_number) + ": line is not a JSON object, got '" +
               clip(line) + "'" + hint);
     }
@@ -217,7 +216,7 @@ void read_jsonl(
       step = static_cast<int64_t>(step_it->get<double>());
     } else {
       throw IoError(
-          kComponent,
+          component::kReport,
           where(path, line_number) + ": line has no integer \"step\", got '" +
               clip(line) + "'" + hint);
     }
@@ -234,7 +233,7 @@ void read_jsonl(
       } else if (!(value.is_string() &&
                    parse_non_finite(value.get<std::string>(), v))) {
         throw IoError(
-            kComponent,
+            component::kReport,
             where(path, line_number) + ": value of \"" + name +
                 "\" is not a number, got " + clip(value.dump()) + hint);
       }
@@ -264,7 +263,7 @@ void read_csv(const std::string& path, std::map<std::string, Series>& series) {
     if (!seen_header) {
       if (line != header) {
         throw IoError(
-            kComponent,
+            component::kReport,
             where(path, line_number) + ": header is not '" + header +
                 "', got '" + clip(line) +
                 "'. metrics.csv must start with that header, as the csv "
@@ -278,7 +277,7 @@ void read_csv(const std::string& path, std::map<std::string, Series>& series) {
     double value = 0;
     if (fields.size() != 4) {
       throw IoError(
-          kComponent,
+          component::kReport,
           where(path, line_number) + ": row has " +
               std::to_string(fields.size()) + " fields instead of 4, got '" +
               clip(line) + "'" + hint);
@@ -287,13 +286,13 @@ void read_csv(const std::string& path, std::map<std::string, Series>& series) {
       step = *parsed;
     } else {
       throw IoError(
-          kComponent,
+          component::kReport,
           where(path, line_number) + ": step is not an integer, got '" +
               clip(fields[0]) + "'" + hint);
     }
     if (!parse_double(fields[3], value)) {
       throw IoError(
-          kComponent,
+          component::kReport,
           where(path, line_number) + ": value is not a number, got '" +
               clip(fields[3]) + "'" + hint);
     }
@@ -301,7 +300,7 @@ void read_csv(const std::string& path, std::map<std::string, Series>& series) {
   }
   if (!seen_header) {
     throw IoError(
-        kComponent,
+        component::kReport,
         path + ": file is empty, got no header. metrics.csv must start with '" +
             header + "'.");
   }

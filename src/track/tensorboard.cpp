@@ -11,13 +11,13 @@
 #include "ampkit/error.h"
 #include "track/protobuf.h"
 #include "track/run_dir.h"
+#include "utils/components.h"
 #include "utils/crc32c.h"
 
 namespace ampkit::track {
 
 namespace {
 
-constexpr const char* kComponent = "TensorBoardWriter";
 constexpr const char* kFileVersion = "brain.Event:2";
 constexpr const char* kTextPluginName = "text";
 constexpr uint64_t kDtString = 7;  // tensorflow DataType DT_STRING
@@ -76,18 +76,20 @@ std::filesystem::path event_file_path(const std::filesystem::path& dir) {
   return path;
 }
 
-detail::ProtoWriter event_header(int64_t step, double wall_time) {
-  detail::ProtoWriter event;
+ampkit::detail::ProtoWriter event_header(int64_t step, double wall_time) {
+  ampkit::detail::ProtoWriter event;
   event.double_field(event::kWallTime, wall_time);
   event.varint_field(event::kStep, static_cast<uint64_t>(step));
   return event;
 }
 
 std::string summary_event(
-    const detail::ProtoWriter& summary_value, int64_t step, double wall_time) {
-  detail::ProtoWriter summary;
+    const ampkit::detail::ProtoWriter& summary_value,
+    int64_t step,
+    double wall_time) {
+  ampkit::detail::ProtoWriter summary;
   summary.message_field(summary::kValue, summary_value);
-  detail::ProtoWriter event = event_header(step, wall_time);
+  ampkit::detail::ProtoWriter event = event_header(step, wall_time);
   event.message_field(event::kSummary, summary);
   return event.bytes();
 }
@@ -115,18 +117,18 @@ std::string markdown_cell(const std::string& text) {
 }  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const std::string& run_dir) {
-  const auto path =
-      event_file_path(ampkit::detail::make_run_dir(kComponent, run_dir));
+  const auto path = event_file_path(
+      ampkit::detail::make_run_dir(component::kTensorBoardWriter, run_dir));
   path_ = path.string();
   out_.open(path, std::ios::binary | std::ios::trunc);
   if (!out_) {
     throw IoError(
-        kComponent,
+        component::kTensorBoardWriter,
         "cannot open the event file for writing, got " + path_ +
             ". Check that the directory is writable or choose another "
             "project_dir.");
   }
-  detail::ProtoWriter event;
+  ampkit::detail::ProtoWriter event;
   event.double_field(event::kWallTime, now_seconds());
   event.bytes_field(event::kFileVersion, kFileVersion);
   write_event(event.bytes());
@@ -144,7 +146,7 @@ TensorBoardWriter::~TensorBoardWriter() {
 void TensorBoardWriter::add_scalar(
     const std::string& tag, float value, int64_t step, double wall_time) {
   check_open("add_scalar");
-  detail::ProtoWriter summary_value;
+  ampkit::detail::ProtoWriter summary_value;
   summary_value.bytes_field(value::kTag, tag);
   summary_value.float_field(value::kSimpleValue, value);
   write_event(summary_event(summary_value, step, wall_time));
@@ -156,21 +158,21 @@ void TensorBoardWriter::add_text(
     int64_t step,
     double wall_time) {
   check_open("add_text");
-  detail::ProtoWriter plugin_data;
+  ampkit::detail::ProtoWriter plugin_data;
   plugin_data.bytes_field(metadata::kPluginName, kTextPluginName);
-  detail::ProtoWriter summary_metadata;
+  ampkit::detail::ProtoWriter summary_metadata;
   summary_metadata.message_field(metadata::kPluginData, plugin_data);
 
-  detail::ProtoWriter dim;
+  ampkit::detail::ProtoWriter dim;
   dim.varint_field(tensor::kDimSize, 1);
-  detail::ProtoWriter shape;
+  ampkit::detail::ProtoWriter shape;
   shape.message_field(tensor::kShapeDim, dim);
-  detail::ProtoWriter tensor_proto;
+  ampkit::detail::ProtoWriter tensor_proto;
   tensor_proto.varint_field(tensor::kDtype, kDtString);
   tensor_proto.message_field(tensor::kTensorShape, shape);
   tensor_proto.bytes_field(tensor::kStringVal, text);
 
-  detail::ProtoWriter summary_value;
+  ampkit::detail::ProtoWriter summary_value;
   summary_value.bytes_field(value::kTag, tag);
   summary_value.message_field(value::kMetadata, summary_metadata);
   summary_value.message_field(value::kTensor, tensor_proto);
@@ -193,7 +195,7 @@ void TensorBoardWriter::close() {
   out_.close();
   if (!flushed || !out_) {
     throw IoError(
-        kComponent,
+        component::kTensorBoardWriter,
         "closing the event file failed, got " + path_ +
             " (disk full or the file was removed). Free space or choose "
             "another project_dir.");
@@ -203,9 +205,9 @@ void TensorBoardWriter::close() {
 void TensorBoardWriter::write_event(const std::string& event) {
   std::string header;
   append_le(header, event.size(), 8);
-  append_le(header, detail::masked_crc32c(header), 4);
+  append_le(header, ampkit::detail::masked_crc32c(header), 4);
   std::string footer;
-  append_le(footer, detail::masked_crc32c(event), 4);
+  append_le(footer, ampkit::detail::masked_crc32c(event), 4);
   out_.write(header.data(), static_cast<std::streamsize>(header.size()));
   out_.write(event.data(), static_cast<std::streamsize>(event.size()));
   out_.write(footer.data(), static_cast<std::streamsize>(footer.size()));
@@ -215,7 +217,7 @@ void TensorBoardWriter::write_event(const std::string& event) {
 void TensorBoardWriter::check_open(const char* what) const {
   if (closed_) {
     throw UsageError(
-        kComponent,
+        component::kTensorBoardWriter,
         std::string(what) + " after close, got the closed file " + path_ +
             ". Create a new TensorBoardWriter to write more events.");
   }
@@ -224,7 +226,7 @@ void TensorBoardWriter::check_open(const char* what) const {
 void TensorBoardWriter::check_written() {
   if (!out_) {
     throw IoError(
-        kComponent,
+        component::kTensorBoardWriter,
         "writing the event file failed, got " + path_ +
             " (disk full or the file was removed). Free space or choose "
             "another project_dir.");

@@ -13,6 +13,7 @@
 #include "ampkit/error.h"
 #include "ampkit/track/tensorboard.h"
 #include "track/run_dir.h"
+#include "utils/components.h"
 
 namespace ampkit::detail {
 
@@ -36,13 +37,11 @@ namespace ampkit::track {
 
 namespace {
 
-constexpr const char* kComponent = "Tracker";
-
 std::ofstream open_for_append(const std::filesystem::path& path) {
   std::ofstream out(path, std::ios::app);
   if (!out) {
     throw IoError(
-        kComponent,
+        component::kTracker,
         "cannot open " + path.string() +
             " for writing. Check that the directory exists and is writable, "
             "or choose another project_dir.");
@@ -54,7 +53,7 @@ void check_written(std::ofstream& out, const std::filesystem::path& path) {
   out.flush();
   if (!out) {
     throw IoError(
-        kComponent,
+        component::kTracker,
         "writing " + path.string() +
             " failed (disk full or the file was removed). Free space or "
             "choose another project_dir.");
@@ -62,7 +61,7 @@ void check_written(std::ofstream& out, const std::filesystem::path& path) {
 }
 
 std::filesystem::path make_run_dir(const std::string& run_dir) {
-  return ampkit::detail::make_run_dir(kComponent, run_dir);
+  return ampkit::detail::make_run_dir(component::kTracker, run_dir);
 }
 
 // JSON has no inf/NaN; they are written as null so that a line stays valid.
@@ -88,7 +87,7 @@ class FileTracker : public Tracker {
   void write(const std::string& text) {
     if (finished_) {
       throw UsageError(
-          kComponent,
+          component::kTracker,
           "log after finish on " + path_.string() +
               ". Call end_training() once, after the last log().");
     }
@@ -176,7 +175,7 @@ std::vector<std::string> parse_log_with(const std::string& log_with) {
     }
     if (std::find(all.begin(), all.end(), item) == all.end()) {
       throw InvalidArgument(
-          kComponent,
+          component::kTracker,
           "unknown tracker in log_with, got '" + item +
               "'. Valid values: jsonl, csv, tensorboard, all "
               "(comma-separated).");
@@ -193,7 +192,7 @@ void write_run_config(const std::string& run_dir, const RunConfig& config) {
   std::ofstream out(path, std::ios::trunc);
   if (!out) {
     throw IoError(
-        kComponent,
+        component::kTracker,
         "cannot write " + path.string() + ". Choose another project_dir.");
   }
   out << nlohmann::json(config).dump(2) << '\n';
@@ -216,7 +215,7 @@ std::unique_ptr<Tracker> make_tracker(
     return make_tensorboard_tracker(run_dir, config);
   }
   throw InvalidArgument(
-      kComponent,
+      component::kTracker,
       "unknown tracker, got '" + name +
           "'. Valid values: jsonl, csv, tensorboard.");
 }

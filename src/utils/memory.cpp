@@ -9,12 +9,11 @@
 
 #include "ampkit/error.h"
 #include "ampkit/utils/warnings.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
 namespace {
-
-constexpr const char* kComponent = "find_executable_batch_size";
 
 // What c10/core/impl/alloc_cpu.cpp's CAFFE_ENFORCE says when the allocation
 // fails (POSIX, then MSVC/Android); LibTorch 1.13 through 2.x.
@@ -57,7 +56,7 @@ namespace detail {
 int64_t first_batch_size(int64_t starting_batch_size) {
   if (starting_batch_size <= 0) {
     throw InvalidArgument(
-        kComponent,
+        component::kFindExecutableBatchSize,
         "starting_batch_size must be positive, got " +
             std::to_string(starting_batch_size) +
             ". Pass the largest batch size you want tried, e.g. 128.");
@@ -75,7 +74,7 @@ int64_t batch_size_after_failure(
   const int64_t next = next_batch_size(batch_size);
   if (next == 0) {
     throw Unsupported(
-        kComponent,
+        component::kFindExecutableBatchSize,
         "no batch size fits in memory, got out-of-memory down to batch size " +
             std::to_string(batch_size) + " (started at " +
             std::to_string(starting_batch_size) +
@@ -84,7 +83,7 @@ int64_t batch_size_after_failure(
   }
   // Each process finds its own batch size, so each one says so.
   warn(
-      kComponent,
+      component::kFindExecutableBatchSize,
       "out of memory at batch size " + std::to_string(batch_size) +
           "; retrying with " + std::to_string(next),
       /*main_process_only=*/false);

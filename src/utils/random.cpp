@@ -12,12 +12,11 @@
 #include <string>
 
 #include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit {
 
 namespace {
-
-constexpr const char* kComponent = "set_rng_state";
 
 const at::Generator& cuda_generator(size_t index) {
   return at::globalContext().defaultGenerator(
@@ -37,7 +36,7 @@ void write_state(
     gen.set_state(state);
   } catch (const c10::Error& e) {
     throw InvalidArgument(
-        kComponent,
+        component::kSetRngState,
         "the " + name + " generator rejected its state, got \"" +
             e.what_without_backtrace() +
             "\". Pass a state from ampkit::get_rng_state() saved with this "
@@ -69,13 +68,13 @@ void set_rng_state(const RngState& state) {
   // leaves the generators as they were.
   if (!state.cpu.defined()) {
     throw InvalidArgument(
-        kComponent,
+        component::kSetRngState,
         "the cpu state is undefined, got an RngState without a cpu tensor. "
         "Pass a state from ampkit::get_rng_state().");
   }
   if (state.cpu.scalar_type() != at::kByte || !state.cpu.device().is_cpu()) {
     throw InvalidArgument(
-        kComponent,
+        component::kSetRngState,
         std::string("the cpu state must be a CPU uint8 tensor, got ") +
             c10::toString(state.cpu.scalar_type()) + " on " +
             state.cpu.device().str() +
@@ -84,7 +83,7 @@ void set_rng_state(const RngState& state) {
   const size_t devices = torch::cuda::device_count();
   if (state.cuda.size() != devices) {
     throw InvalidArgument(
-        kComponent,
+        component::kSetRngState,
         "the number of CUDA generator states does not match the visible "
         "CUDA devices, got " +
             std::to_string(state.cuda.size()) + " states for " +
@@ -95,7 +94,7 @@ void set_rng_state(const RngState& state) {
   for (size_t i = 0; i < devices; ++i) {
     if (!state.cuda[i].defined()) {
       throw InvalidArgument(
-          kComponent,
+          component::kSetRngState,
           "the state of CUDA device " + std::to_string(i) +
               " is undefined, got an undefined tensor in RngState::cuda. "
               "Pass a state from ampkit::get_rng_state().");

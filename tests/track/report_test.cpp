@@ -36,12 +36,7 @@ void write_file(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing_util::read_file;
 
 // 50 steps of loss, lr, loss_scale (halved at the two skipped steps, 20 and
 // 35), cumulative skipped_steps, samples_per_second and memory_rss_mb.

@@ -205,11 +205,7 @@ Event parse_event(const std::string& payload) {
   return parsed;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(
-      std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using testing_util::read_file;
 
 std::vector<Event> read_events(const fs::path& path) {
   const Records records = read_records(read_file(path));
