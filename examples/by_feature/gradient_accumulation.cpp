@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
          args.gradient_accumulation_steps,
          "The number of minibatches to be ran before gradients are "
          "accumulated.")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   CLI11_PARSE(app, argc, argv);
   set_threads();
   training_function(Config{}, args);

@@ -251,12 +251,12 @@ int main(int argc, char** argv) {
          args.gradient_accumulation_steps,
          "The number of minibatches to be ran before gradients are "
          "accumulated.")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
          "--per_device_batch_size",
          args.per_device_batch_size,
          "The size of each minibatch")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   CLI11_PARSE(app, argc, argv);
   set_threads();
   Config config;

@@ -82,12 +82,12 @@ int main(int argc, char** argv) {
          args.gradient_accumulation_steps,
          "The number of minibatches to be ran before gradients are "
          "accumulated.")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
          "--local_sgd_steps",
          args.local_sgd_steps,
          "Number of local SGD steps, or 0 to disable local SGD")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   CLI11_PARSE(app, argc, argv);
   set_threads();
   training_function(Config{}, args);

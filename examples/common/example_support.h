@@ -5,14 +5,18 @@
 #include <ampkit/ampkit.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
+
+#include "cli_checks.h"
 
 namespace examples {
 
@@ -47,7 +51,7 @@ inline void add_run_flags(CLI::App& app, RunFlags& f) {
          flags("gradient-accumulation-steps"),
          f.gradient_accumulation_steps,
          "micro-batches per optimizer step (default: the environment, else 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_flag(flags("cpu"), f.cpu, "train on the CPU even with a GPU");
   app.add_option(
       flags("threads"), f.threads, "intra-op threads (default: every core)");
@@ -60,7 +64,7 @@ inline void add_run_flags(CLI::App& app, RunFlags& f) {
          flags("checkpointing-steps"),
          f.checkpointing_steps,
          "save_state every N optimizer steps into OUTPUT_DIR/checkpoints")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
       flags("resume-from-checkpoint"),
       f.resume_from_checkpoint,
@@ -99,8 +103,30 @@ inline std::string project_dir_of(const std::filesystem::path& output_dir) {
                                       : std::string(".");
 }
 
-// The Accelerator's options from the flags.
+// --output-dir exists and takes files, checked before anything trains (an
+// unwritable folder would otherwise be found at the final save).
+inline void check_output_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const auto probe = dir / (".ampkit-write-test-" + std::to_string(::getpid()));
+  if (!ec) {
+    std::ofstream(probe) << "ok";
+    if (!std::filesystem::exists(probe, ec)) {
+      ec = std::make_error_code(std::errc::permission_denied);
+    }
+    std::filesystem::remove(probe, ec);
+  }
+  if (ec) {
+    throw ampkit::IoError(
+        "Example",
+        "cannot write into --output-dir " + dir.string() + ": " + ec.message() +
+            ". Pass a folder you can write to.");
+  }
+}
+
+// The Accelerator's options from the flags (and --output-dir checked).
 inline ampkit::AcceleratorOptions accelerator_options(const RunFlags& f) {
+  check_output_dir(f.output_dir);
   ampkit::AcceleratorOptions options;
   options.seed(f.seed);
   if (!f.mixed_precision.empty()) {
@@ -116,20 +142,25 @@ inline ampkit::AcceleratorOptions accelerator_options(const RunFlags& f) {
     options.zero_stage(f.zero_stage);
   }
   options.project_dir(project_dir_of(f.output_dir));
+  // SIGTERM (a scheduler's notice), Ctrl-C or SIGUSR1 finishes the step and
+  // saves checkpoint_<step> where --resume-from-checkpoint latest looks.
+  options.save_on_preemption(true).preemption_dir(
+      (std::filesystem::path(f.output_dir) / "checkpoints").string());
   if (!f.log_with.empty()) {
     options.log_with(f.log_with).auto_log(true);
   }
   return options;
 }
 
-// --resume-from-checkpoint: a folder, or `latest`, the newest complete
+// --resume-from-checkpoint: a folder, or `latest`, the newest intact
 // checkpoint under `checkpoints` (none yet: start fresh and say so, so
-// that one command line can be re-run after a crash). "" does nothing.
+// that one command line can be re-run after a crash; only damaged ones:
+// refused, see latest_checkpoint). "" and `none` start fresh.
 inline void resume_from_checkpoint(
     ampkit::Accelerator& accelerator,
     const std::string& from_arg,
     const std::string& checkpoints) {
-  if (from_arg.empty()) {
+  if (from_arg.empty() || from_arg == "none") {
     return;
   }
   std::optional<std::string> from = from_arg;

@@ -216,6 +216,11 @@ int run(const Args& args) {
   int64_t skipped = 0;
   int64_t samples = 0;
   double train_loss = 0;
+  // The optimizer steps train_loss is the mean over (a resumed run's first
+  // shown loss is its own first step's, not 0).
+  const int64_t first_step = steps + 1;
+  int64_t loss_from = first_step;
+  int64_t loss_to = 0;
   double epoch_accuracy = 0;
   double train_seconds = 0;
   // A resumed run continues in the epoch its checkpoint was saved in.
@@ -228,6 +233,7 @@ int run(const Args& args) {
     // changes, not every step.
     torch::Tensor running;
     int64_t since_log = 0;
+    int64_t window_from = steps + 1;
     for (auto& batch : loader) {
       auto scope = accelerator.accumulate(model);
       auto loss = torch::cross_entropy_loss(model(batch.data), batch.target);
@@ -253,9 +259,12 @@ int run(const Args& args) {
         }
       }
       // The mean loss over the last 20 micro-batches, for the display.
-      if (since_log >= 20 || steps == 1 || steps == total_steps ||
+      if (since_log >= 20 || steps == first_step || steps == total_steps ||
           accelerator.end_of_dataloader()) {
         train_loss = running.item<double>() / static_cast<double>(since_log);
+        loss_from = window_from;
+        loss_to = steps;
+        window_from = steps + 1;
         running = torch::Tensor();
         since_log = 0;
       }
@@ -310,6 +319,10 @@ int run(const Args& args) {
   const nlohmann::json summary = {
       {"test_accuracy", epoch_accuracy},
       {"train_loss", train_loss},
+      // The optimizer steps that mean covers, and where this run began (1,
+      // or the step after the checkpoint it resumed from).
+      {"train_loss_steps", {loss_from, loss_to}},
+      {"first_step", first_step},
       {"steps", steps},
       {"skipped_steps", skipped},
       // All processes together (each reads the same number of samples).
@@ -350,19 +363,19 @@ int main(int argc, char** argv) {
       "AMPKIT_GRADIENT_ACCUMULATION_STEPS), else their defaults."};
   app.add_option(
          examples::flags("epochs"), args.epochs, "passes over the training set")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
          examples::flags("max-steps"),
          args.max_steps,
          "stop after this many optimizer steps (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("batch-size"),
          args.batch_size,
          "images per micro-batch")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(examples::flags("lr"), args.lr, "AdamW peak learning rate")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
       examples::flags("limit-train"),
       args.limit_train,
@@ -391,7 +404,7 @@ int main(int argc, char** argv) {
          "run counts from its checkpoint) with LibTorch's profiler: per-step "
          "operator times in OUTPUT_DIR/profile.json and "
          "the table in profile.txt")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   examples::add_run_flags(app, args);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -27,4 +27,34 @@ grep -q "starting fresh" "$out/crash.log" || fail "latest without a checkpoint d
 grep -q "resumed from .*checkpoint_7 at step 7" "$out/resume.log" || fail "did not resume from checkpoint_7: $(cat "$out/resume.log")"
 cmp "$out/straight/model/model.safetensors" "$out/run/model/model.safetensors" ||
   fail "the resumed run's weights differ from the straight run's"
-echo "resume_test: ok (crashed mid-save at step 14, resumed from step 7, weights identical)"
+# It shows its own loss from its first step, and its summary says where it began.
+! grep -q "loss 0.0000" "$out/resume.log" || fail "the resumed run showed loss 0.0000: $(cat "$out/resume.log")"
+grep -q '"first_step": 8' "$out/run/summary.json" || fail "summary.json lacks first_step 8: $(cat "$out/run/summary.json")"
+grep -q '"train_loss_steps"' "$out/run/summary.json" || fail "summary.json lacks train_loss_steps"
+
+# A damaged checkpoint is never passed over in silence nor saved over. Only
+# checkpoint_14 left, one bit flipped: `latest` refuses to start fresh.
+ck="$out/run/checkpoints"
+mv "$ck/checkpoint_7" "$out/checkpoint_7"
+weights="$(find "$ck/checkpoint_14" -name '*.safetensors' | sort | head -1)"
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 1; open(p, "wb").write(b)' "$weights"
+cp "$weights" "$out/damaged.safetensors"
+set +e
+"${cmd[@]}" > "$out/damaged.log" 2>&1
+rc=$?
+set -e
+[ "$rc" -ne 0 ] || fail "resumed from only a damaged checkpoint (exit 0): $(cat "$out/damaged.log")"
+grep -q "none is intact" "$out/damaged.log" || fail "no refusal naming the damage: $(cat "$out/damaged.log")"
+grep -q "fails its checksum" "$out/damaged.log" || fail "the failed check is not named: $(cat "$out/damaged.log")"
+cmp "$weights" "$out/damaged.safetensors" || fail "the damaged checkpoint was changed"
+# With an intact older one: a warning names the damaged one, the run resumes
+# from step 7, and its save at step 14 keeps the damaged folder aside.
+mv "$out/checkpoint_7" "$ck/checkpoint_7"
+"${cmd[@]}" > "$out/fallback.log" 2>&1 || fail "fallback run: $(cat "$out/fallback.log")"
+grep -q "skipping a damaged checkpoint: .*checkpoint_14" "$out/fallback.log" || fail "no warning for the damaged checkpoint: $(cat "$out/fallback.log")"
+grep -q "resumed from .*checkpoint_7 at step 7" "$out/fallback.log" || fail "did not resume from checkpoint_7: $(cat "$out/fallback.log")"
+cmp "$ck/checkpoint_14.damaged/${weights#"$ck/checkpoint_14/"}" "$out/damaged.safetensors" ||
+  fail "the damaged checkpoint_14 was not kept aside"
+cmp "$out/straight/model/model.safetensors" "$out/run/model/model.safetensors" ||
+  fail "the run resumed past a damaged checkpoint differs from the straight run"
+echo "resume_test: ok (crashed mid-save at step 14, resumed from step 7, weights identical; a damaged checkpoint refused, then passed over with a warning and kept aside)"

@@ -499,32 +499,32 @@ int main(int argc, char** argv) {
          examples::flags("seq-len"),
          args.seq_len,
          "tokens per training window (default: the configuration's context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("batch-size"),
          args.batch_size,
          "windows per micro-batch (default: the configuration's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("epochs"),
          args.epochs,
          "passes over the training text")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
          examples::flags("max-steps"),
          args.max_steps,
          "stop after this many optimizer steps (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("lr"),
          args.lr,
          "AdamW peak learning rate (default: the configuration's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("weight-decay"),
          args.weight_decay,
          "AdamW weight decay of the matrices")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("dropout"), args.dropout, "dropout probability")
       ->check(CLI::Range(0.0, 1.0));
@@ -532,27 +532,27 @@ int main(int argc, char** argv) {
          examples::flags("eval-interval"),
          args.eval_interval,
          "validation loss every N optimizer steps (0: at the end only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("eval-windows"),
          args.eval_windows,
          "validation windows scored (from the last 10% of the text)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
          examples::flags("log-interval"),
          args.log_interval,
          "read the training loss (a host sync) every N optimizer steps")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive());
   app.add_option(
          examples::flags("untimed-steps"),
          args.untimed_steps,
          "leave the first N optimizer steps out of tokens_per_second")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
          examples::flags("limit-train"),
          args.limit_train,
          "use only the first N training windows")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
       examples::flags("max-val-loss"),
       args.max_val_loss,
@@ -561,7 +561,7 @@ int main(int argc, char** argv) {
          examples::flags("sample-chars"),
          args.sample_chars,
          "characters to sample from the trained model at the end (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   app.add_option(
       examples::flags("data-file"), args.data_file, "the training text");
   examples::add_run_flags(app, args);

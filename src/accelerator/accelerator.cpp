@@ -310,9 +310,17 @@ Accelerator::Accelerator(AcceleratorOptions options)
   for (const auto& w : r.warnings) {
     warn(component::kAccelerator, w);
   }
+  if (r.handle_signals) {
+    st.on_preemption = [this](int signal) { preempt(signal); };
+    detail::install_preemption_handlers();
+  }
 }
 
 Accelerator::~Accelerator() {
+  if (state_->on_preemption) {
+    state_->on_preemption = nullptr;
+    detail::remove_preemption_handlers();
+  }
   if (state_->group && std::uncaught_exceptions() > 0) {
     // Unwinding: let the other ranks' waits end with this rank's name.
     state_->group->report_failure(
@@ -645,6 +653,7 @@ void Accelerator::check_prepared(const PreparedModelBase& model) const {
 
 AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
   check_prepared(model);
+  detail::preemption_point(*state_);
   return AccumulateScope(state_);
 }
 

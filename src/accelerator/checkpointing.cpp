@@ -242,6 +242,47 @@ void Accelerator::register_checkpoint_object(
   state_->registered.push_back({std::move(save), std::move(load)});
 }
 
+namespace {
+
+// The settings that shape training must be the ones the checkpoint was
+// saved with: another accumulation would run a half window with the wrong
+// loss scale, another precision or ZeRO stage a different run. Checked
+// before anything is loaded; a checkpoint without a setting (older) is not
+// refused for it.
+void check_resumed_settings(
+    const detail::AcceleratorState& st,
+    const nlohmann::json& saved,
+    const std::string& dir) {
+  auto differs =
+      [&](const char* key, const std::string& now, const std::string& option) {
+        if (!saved.contains(key)) {
+          return;
+        }
+        const auto& value = saved.at(key);
+        const std::string then =
+            value.is_string() ? value.get<std::string>() : value.dump();
+        if (then != now) {
+          throw InvalidArgument(
+              component::kAccelerator,
+              dir + " was saved with " + key + " " + then + ", this run has " +
+                  now + ". Resume with the same setting (" + option + "(" +
+                  then + "), the flag --" + key + " " + then +
+                  "), or start a new run without resuming.");
+        }
+      };
+  differs(
+      "gradient_accumulation_steps",
+      std::to_string(st.options.gradient_accumulation_steps),
+      "gradient_accumulation_steps");
+  differs(
+      "mixed_precision",
+      to_string(st.options.mixed_precision),
+      "mixed_precision");
+  differs("zero_stage", std::to_string(st.options.zero_stage), "zero_stage");
+}
+
+}  // namespace
+
 std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   auto& st = *state_;
   std::string target;
@@ -324,6 +365,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     state["mixed_precision"] = to_string(st.options.mixed_precision);
     state["gradient_accumulation_steps"] =
         st.options.gradient_accumulation_steps;
+    state["zero_stage"] = st.options.zero_stage;
     state["loaders"] = loaders;
     writer->write(kStateFile, state.dump(2) + "\n");
   } else {
@@ -484,6 +526,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         component::kAccelerator,
         path(kStateFile) + " is malformed: " + e.what());
   }
+  check_resumed_settings(st, counters, target);
 
   for (size_t i = 0; i < st.models.size(); ++i) {
     ck::load_model_state(

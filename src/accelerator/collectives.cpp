@@ -215,11 +215,8 @@ void Accelerator::set_trigger() {
 }
 
 bool Accelerator::check_trigger() {
-  auto flag = torch::tensor({state_->trigger ? 1L : 0L}, torch::kLong);
-  if (state_->group) {
-    state_->group->all_reduce(flag, dist::ReduceOp::max);
-  }
-  const bool any = flag.item<int64_t>() > 0;
+  const bool any =
+      detail::max_over_processes(*state_, state_->trigger ? 1 : 0) > 0;
   if (any) {
     state_->trigger = false;
   }

@@ -162,6 +162,9 @@ std::string format_double(double value) {
 }
 
 // How the start-up table and the logged config show a plain option.
+std::string setting_text(const std::string& value) {
+  return value.empty() ? "\"\"" : value;
+}
 std::string setting_text(bool value) {
   return value ? "true" : "false";
 }

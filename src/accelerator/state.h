@@ -140,7 +140,19 @@ struct AcceleratorState {
 
   /// The GradScaler's update() once per iteration, after the steps.
   void update_scaler();
+
+  // Preemption (accelerator/preemption.cpp): the step last checked for a
+  // stop signal, and what the Accelerator does on one (save, exit).
+  int64_t preemption_checked_step = 0;
+  std::function<void(int signal)> on_preemption;
 };
+
+/// The stop-signal handlers, shared by every Accelerator alive (installed
+/// by the first, removed by the last).
+void install_preemption_handlers();
+void remove_preemption_handlers();
+/// The largest `value` over the processes (the value itself in one).
+int64_t max_over_processes(AcceleratorState& st, int64_t value);
 
 /// Under ZeRO, where the gradients of `parameters` are: this process's
 /// parts of the shard gradients, and the gradients no sharded optimizer

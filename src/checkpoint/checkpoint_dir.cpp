@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "ampkit/error.h"
+#include "ampkit/utils/warnings.h"
 #include "ampkit/version.h"
 #include "checkpoint/files.h"
 #include "utils/crc32c.h"
@@ -42,10 +43,54 @@ std::string parent_of(const std::string& dir) {
   return parent.empty() ? "." : parent.string();
 }
 
+// What an error says, without its "Component: " prefix.
+std::string problem_of(const Error& e) {
+  const std::string what = e.what();
+  const std::string prefix = e.component() + ": ";
+  return what.compare(0, prefix.size(), prefix) == 0
+             ? what.substr(prefix.size())
+             : what;
+}
+
+// A checkpoint folder that fails verification is evidence (of a bad disk,
+// of a crash, of someone's edit) and may be all that is left of a run: it
+// is renamed to <dir>.damaged (.damaged.1, ... when taken), never deleted,
+// with a warning. An intact one, or one that is not there, is left alone.
+void set_aside_if_damaged(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return;
+  }
+  std::string problem;
+  try {
+    verify_checkpoint(dir);
+    return;
+  } catch (const IoError& e) {
+    problem = problem_of(e);
+  }
+  std::string aside = dir + ".damaged";
+  for (int i = 1; fs::exists(aside, ec); ++i) {
+    aside = dir + ".damaged." + std::to_string(i);
+  }
+  if (::rename(dir.c_str(), aside.c_str()) != 0) {
+    throw IoError(
+        component::kCheckpoint,
+        dir + " is damaged (" + problem + ") and could not be moved aside to " +
+            aside + ": " + std::strerror(errno) +
+            ". It is not overwritten; move it away yourself, then save again.");
+  }
+  warn(
+      component::kCheckpoint,
+      dir + " was damaged (" + problem + "); it is kept as " + aside +
+          " and a new checkpoint takes its name.",
+      /*main_process_only=*/false);
+}
+
 // Replaces `to` (which may exist) with `from` in one step where the file
-// system allows it.
+// system allows it; a damaged `to` is set aside rather than replaced.
 void replace_directory(const std::string& from, const std::string& to) {
   std::error_code ec;
+  set_aside_if_damaged(to);
   if (!fs::exists(to, ec)) {
     if (::rename(from.c_str(), to.c_str()) != 0) {
       throw IoError(
@@ -355,13 +400,35 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(
 std::optional<std::string> latest_checkpoint(
     const std::string& checkpoints_dir) {
   auto found = list_checkpoints(checkpoints_dir);
+  std::vector<std::string> damaged;
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
     try {
       verify_checkpoint(it->second);
       return it->second;
-    } catch (const IoError&) {
-      // incomplete or damaged: try the one before
+    } catch (const IoError& e) {
+      // Saves are written aside (.partial) and renamed into place, so a
+      // checkpoint_N that fails its checks was damaged after it was saved.
+      damaged.push_back("  " + problem_of(e));
+      warn(
+          component::kCheckpoint,
+          "skipping a damaged checkpoint: " + problem_of(e) +
+              " Trying the one before it.");
     }
+  }
+  if (!damaged.empty()) {
+    std::string list;
+    for (const auto& d : damaged) {
+      list += "\n" + d;
+    }
+    throw IoError(
+        component::kCheckpoint,
+        checkpoints_dir + " holds checkpoints, but none is intact:" + list +
+            "\nStarting fresh would save over them, so nothing was started. "
+            "Restore them from a copy, or start fresh on purpose: move them "
+            "out of " +
+            checkpoints_dir +
+            " (mv), or do not resume (the examples' "
+            "--resume-from-checkpoint none).");
   }
   return std::nullopt;
 }

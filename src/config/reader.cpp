@@ -397,6 +397,18 @@ LaunchConfig load_config(const std::string& path) {
   const std::vector<Entry> entries = looks_like_json(path, text)
                                          ? parse_json(path, text)
                                          : parse_yaml(path, text);
+  if (entries.empty()) {
+    // accelerate fails on it too (its loader reads None); here it is said.
+    throw ConfigError(
+        path,
+        1,
+        "",
+        false,
+        path +
+            " holds no settings (empty). Write it with `ampkit config "
+            "--config_file " +
+            path + "`, or remove it to run with the defaults.");
+  }
   LaunchConfig config = Reader(path).read(entries);
   const std::string ours = ampkit_settings_path(path);
   std::error_code ec;

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "ampkit/error.h"
@@ -31,15 +33,19 @@ namespace {
 
 // accelerate launch's default: the machine's cores shared among its
 // processes, at least one each.
-int64_t threads_per_process(int64_t local_processes) {
-  // The cores this process may run on (a container's or taskset's limit),
-  // as nproc counts them.
+// The cores this process may run on (a container's or taskset's limit),
+// as nproc counts them.
+int64_t usable_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int64_t cores = ::sched_getaffinity(0, sizeof set, &set) == 0
-                            ? std::max(1, CPU_COUNT(&set))
-                            : std::max(1u, std::thread::hardware_concurrency());
-  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_processes));
+  return ::sched_getaffinity(0, sizeof set, &set) == 0
+             ? std::max(1, CPU_COUNT(&set))
+             : std::max(1u, std::thread::hardware_concurrency());
+}
+
+int64_t threads_per_process(int64_t local_processes) {
+  return std::max<int64_t>(
+      1, usable_cores() / std::max<int64_t>(1, local_processes));
 }
 
 int g_signal_pipe[2] = {-1, -1};
@@ -116,6 +122,7 @@ class Reaper {
     ::signal(
         SIGINT, SIG_IGN);  // a terminal's Ctrl-C is the launcher's to handle
     ::signal(SIGTERM, SIG_IGN);
+    ::signal(SIGUSR1, SIG_IGN);
     const int null = ::open("/dev/null", O_RDWR);
     for (int i = 0; i < 3; ++i) {
       ::dup2(null, i);  // do not hold the launcher's output open
@@ -215,6 +222,7 @@ class Group {
         }
         ::signal(SIGINT, SIG_DFL);
         ::signal(SIGTERM, SIG_DFL);
+        ::signal(SIGUSR1, SIG_DFL);
         ::dup2(fds[1], 1);
         ::dup2(fds[1], 2);
         ::close(fds[0]);
@@ -305,15 +313,23 @@ class Group {
       if (fds[0].revents & POLLIN) {
         unsigned char sig = 0;
         if (::read(g_signal_pipe[0], &sig, 1) == 1) {
+          // Preemption: the workers finish their step and save (an
+          // Accelerator with handle_signals), within the grace period.
           err_ << "ampkit launch: got signal " << int(sig) << " ("
-               << ::strsignal(sig) << "), forwarding it to the workers"
+               << ::strsignal(sig)
+               << "), forwarding it to the workers and waiting up to "
+               << seconds(o_.preemption_grace)
+               << " s (--preemption_grace) for them to stop; send it again "
+                  "to stop them at once"
                << std::endl;
-          for (auto& w : workers_) {
-            if (w.running) {
-              ::kill(-w.pid, sig);
-            }
+          signal_running(sig);
+          const auto killed = wait_for_workers(o_.preemption_grace, true);
+          if (!killed.empty()) {
+            err_ << "ampkit launch: rank" << (killed.size() > 1 ? "s " : " ")
+                 << join(killed) << " did not stop within "
+                 << seconds(o_.preemption_grace) << " s of " << ::strsignal(sig)
+                 << "; killed (SIGKILL)" << std::endl;
           }
-          stop_all();
           interrupted = true;
           return 128 + sig;
         }
@@ -351,14 +367,31 @@ class Group {
     }
   }
 
-  // SIGTERM the running workers, SIGKILL after the grace period.
+  // A worker failed: the others cannot finish a step without it, so they
+  // stop now. SIGTERM twice (an Accelerator defers the first to its next
+  // step boundary, the second ends it), SIGKILL after the grace period.
   void stop_all() {
+    signal_running(SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    signal_running(SIGTERM);
+    wait_for_workers(o_.grace, false);
+  }
+
+  void signal_running(int sig) {
     for (auto& w : workers_) {
       if (w.running) {
-        ::kill(-w.pid, SIGTERM);
+        ::kill(-w.pid, sig);
       }
     }
-    const auto deadline = std::chrono::steady_clock::now() + o_.grace;
+  }
+
+  // Waits up to `grace` for the workers to exit (forwarding a further
+  // signal the launcher gets, when `forward`), then SIGKILLs the rest;
+  // returns their ranks.
+  std::vector<int64_t> wait_for_workers(
+      std::chrono::milliseconds grace, bool forward) {
+    std::vector<int64_t> killed;
+    const auto deadline = std::chrono::steady_clock::now() + grace;
     while (true) {
       bool running = false;
       for (auto& w : workers_) {
@@ -372,12 +405,21 @@ class Group {
       if (!running) {
         break;
       }
+      unsigned char sig = 0;
+      pollfd signal_fd{g_signal_pipe[0], POLLIN, 0};
+      if (forward && ::poll(&signal_fd, 1, 0) > 0 &&
+          ::read(g_signal_pipe[0], &sig, 1) == 1) {
+        err_ << "ampkit launch: got " << ::strsignal(sig)
+             << " again, stopping the workers at once" << std::endl;
+        signal_running(sig);
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         for (auto& w : workers_) {
           if (w.running) {
             ::kill(-w.pid, SIGKILL);
             ::waitpid(w.pid, nullptr, 0);
             w.running = false;
+            killed.push_back(w.rank);
           }
         }
         break;
@@ -385,6 +427,21 @@ class Group {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     drain();
+    return killed;
+  }
+
+  static std::string seconds(std::chrono::milliseconds d) {
+    std::ostringstream out;
+    out << static_cast<double>(d.count()) / 1000.0;
+    return out.str();
+  }
+
+  static std::string join(const std::vector<int64_t>& ranks) {
+    std::string text;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      text += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+    }
+    return text;
   }
 
   ~Group() {
@@ -458,6 +515,33 @@ class Group {
 
 }  // namespace
 
+void check_process_count(const LaunchOptions& o) {
+  const int64_t here = o.num_processes / o.num_machines;
+  const int64_t cores = usable_cores();
+  if (here > cores && !o.oversubscribe) {
+    throw InvalidArgument(
+        component::kLaunch,
+        std::to_string(here) + " processes on this machine, which has " +
+            std::to_string(cores) +
+            " usable cores: they would share cores and train slower than " +
+            std::to_string(cores) + ". Pass --num_processes " +
+            std::to_string(cores * o.num_machines) +
+            " or less, or --oversubscribe to start them anyway.");
+  }
+  // Each worker is at least one process of this user: above the user's
+  // process limit the forks would fail part-way (or take the machine's).
+  struct rlimit nproc {};
+  if (::getrlimit(RLIMIT_NPROC, &nproc) == 0 &&
+      nproc.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(here) >= nproc.rlim_cur) {
+    throw InvalidArgument(
+        component::kLaunch,
+        std::to_string(here) + " processes on this machine, but this user " +
+            "may run at most " + std::to_string(nproc.rlim_cur) +
+            " (ulimit -u). Pass a smaller --num_processes.");
+  }
+}
+
 int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   if (o.command.empty()) {
     throw InvalidArgument(
@@ -493,6 +577,13 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
         "max_restarts must be >= 0, got " + std::to_string(o.max_restarts) +
             ".");
   }
+  if (o.main_process_port < 0 || o.main_process_port > 65535) {
+    throw InvalidArgument(
+        component::kLaunch,
+        "main_process_port must be 0 (pick a free port) or 1-65535, got " +
+            std::to_string(o.main_process_port) + ".");
+  }
+  check_process_count(o);
   int port = o.main_process_port;
   if (port == 0) {
     if (o.num_machines > 1) {
@@ -525,6 +616,7 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGUSR1, &sa, nullptr);  // Slurm's --signal
   Reaper reaper;
   int code = 0;
   for (int64_t attempt = 0;; ++attempt) {
@@ -542,6 +634,7 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   }
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGUSR1, SIG_DFL);
   ::close(g_signal_pipe[0]);
   ::close(g_signal_pipe[1]);
   return code;

@@ -3,6 +3,9 @@
 // the prepared forward runs under autocast and returns fp32.
 #include <torch/torch.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -210,6 +213,114 @@ TEST(AcceleratorTest, BackwardPassesRetainGraphAndCreateGraph) {
   auto again = model(torch::randn({4, 6})).square().mean();
   accelerator.backward(again, /*retain_graph=*/false, /*create_graph=*/true);
   EXPECT_TRUE(net->fc1->weight.grad().requires_grad());
+}
+
+sighandler_t current_handler(int sig) {
+  struct sigaction sa {};
+  ::sigaction(sig, nullptr, &sa);
+  return sa.sa_handler;
+}
+
+// The stop-signal handlers: taken only over the default action, given back
+// by the last Accelerator, never with handle_signals(false).
+TEST(AcceleratorTest, StopSignalHandlersReplaceOnlyDefaultsAndAreGivenBack) {
+  ASSERT_EQ(current_handler(SIGUSR1), SIG_DFL);
+  {
+    Accelerator first(quiet());
+    EXPECT_NE(current_handler(SIGUSR1), SIG_DFL);
+    {
+      Accelerator second(quiet());
+      EXPECT_NE(current_handler(SIGTERM), SIG_DFL);
+    }
+    EXPECT_NE(current_handler(SIGUSR1), SIG_DFL);  // the first still runs
+  }
+  EXPECT_EQ(current_handler(SIGUSR1), SIG_DFL);
+  EXPECT_EQ(current_handler(SIGTERM), SIG_DFL);
+  {
+    Accelerator unhandled(quiet().handle_signals(false));
+    EXPECT_EQ(current_handler(SIGTERM), SIG_DFL);
+  }
+  ::signal(SIGUSR1, SIG_IGN);  // as a background job ignores SIGINT
+  {
+    Accelerator accelerator(quiet());
+    EXPECT_EQ(current_handler(SIGUSR1), SIG_IGN);
+  }
+  ::signal(SIGUSR1, SIG_DFL);
+}
+
+// A stop signal in the middle of a step: the step finishes, the next step
+// boundary saves checkpoint_<step> under preemption_dir and exits with
+// 128 + the signal, saying what it saved; the checkpoint loads.
+TEST(AcceleratorTest, SigtermFinishesTheStepSavesAndExitsWith143) {
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+  // (threadsafe death tests run the test again in a new process: the
+  // folder cannot be named after the process)
+  const auto dir =
+      std::filesystem::temp_directory_path() / "ampkit-preempt-death-test";
+  std::filesystem::remove_all(dir);
+  auto train = [&](bool signal) {
+    Accelerator accelerator(
+        quiet().save_on_preemption(true).preemption_dir(dir.string()));
+    Net net = make_net();
+    torch::optim::SGD sgd(net->parameters(), 0.1);
+    auto [model, optimizer] = accelerator.prepare(net, sgd);
+    for (int step = 0; step < 3; ++step) {
+      auto scope = accelerator.accumulate(model);
+      accelerator.backward(model(torch::ones({2, 6})).square().mean());
+      if (signal && step == 1) {
+        ::raise(SIGTERM);  // mid-step: recorded, not acted on yet
+      }
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+    std::exit(0);
+  };
+  EXPECT_EXIT(train(false), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      train(true),
+      ::testing::ExitedWithCode(143),
+      "SIGTERM at step 2: saved [^\n]*checkpoint_2; resume from it");
+  Accelerator accelerator(quiet());
+  Net net = make_net();
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  accelerator.load_state((dir / "checkpoint_2").string());
+  EXPECT_EQ(accelerator.optimizer_steps(), 2);
+  std::filesystem::remove_all(dir);
+}
+
+// Resuming with another accumulation, precision or ZeRO stage is refused,
+// naming both values, before anything is loaded.
+TEST(AcceleratorTest, ResumeRefusesAnotherAccumulationOrPrecision) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ampkit-resume-settings-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto with = [&](AcceleratorOptions options, bool save) {
+    Accelerator accelerator(options);
+    Net net = make_net();
+    torch::optim::SGD sgd(net->parameters(), 0.1);
+    auto [model, optimizer] = accelerator.prepare(net, sgd);
+    if (save) {
+      accelerator.save_state(dir.string());
+    } else {
+      accelerator.load_state(dir.string());
+    }
+  };
+  with(quiet().gradient_accumulation_steps(2), true);
+  AMPKIT_EXPECT_THROWS_WITH(
+      with(quiet().gradient_accumulation_steps(4), false),
+      InvalidArgument,
+      "saved with gradient_accumulation_steps 2, this run has 4. Resume with "
+      "the same setting (gradient_accumulation_steps(2), the flag "
+      "--gradient_accumulation_steps 2)");
+  AMPKIT_EXPECT_THROWS_WITH(
+      with(
+          quiet().gradient_accumulation_steps(2).mixed_precision("bf16"),
+          false),
+      InvalidArgument,
+      "saved with mixed_precision no, this run has bf16");
+  EXPECT_NO_THROW(with(quiet().gradient_accumulation_steps(2), false));
+  std::filesystem::remove_all(dir);
 }
 
 // accelerate's accumulate(*models), unwrap_model and the process helpers.

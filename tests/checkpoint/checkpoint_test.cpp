@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "ampkit/ampkit.h"
+#include "ampkit/utils/warnings.h"
 #include "checkpoint/files.h"
 #include "test_util.h"
 
@@ -239,14 +240,71 @@ TEST_F(
       dir_ / "checkpoints/checkpoint_4.partial");  // a crashed save
   { std::ofstream(dir_ / "checkpoints/checkpoint_2/b.bin") << "damaged"; }
   const auto root = (dir_ / "checkpoints").string();
-  EXPECT_EQ(
-      ck::latest_checkpoint(root),
-      (dir_ / "checkpoints/checkpoint_1").string());
+  std::vector<std::string> warnings;
+  auto previous = ampkit::set_warning_handler(
+      [&](const ampkit::Warning& w) { warnings.push_back(w.message); });
+  const auto latest = ck::latest_checkpoint(root);
+  ampkit::set_warning_handler(previous);
+  EXPECT_EQ(latest, (dir_ / "checkpoints/checkpoint_1").string());
+  // Each one passed over is named, with the check it failed.
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(
+      warnings[0],
+      HasSubstr(
+          "damaged checkpoint: " + root + "/checkpoint_3 has no manifest"));
+  EXPECT_THAT(warnings[1], HasSubstr("b.bin has 7 bytes, the manifest says 6"));
   ck::enforce_total_limit(root, 2);
   EXPECT_FALSE(fs::exists(dir_ / "checkpoints/checkpoint_0"));
   EXPECT_TRUE(fs::exists(dir_ / "checkpoints/checkpoint_1"));
   EXPECT_FALSE(fs::exists(dir_ / "checkpoints/checkpoint_4.partial"));
   EXPECT_FALSE(ck::latest_checkpoint((dir_ / "none").string()).has_value());
+}
+
+// Only damaged checkpoints: `latest` must not answer "none yet", which
+// makes a re-run start fresh and save over them.
+TEST_F(CheckpointDirTest, LatestRefusesWhenEveryCheckpointIsDamaged) {
+  const auto root = (dir_ / "checkpoints").string();
+  make("checkpoints/checkpoint_30");
+  { std::ofstream(dir_ / "checkpoints/checkpoint_30/a.bin") << "abd"; }
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::latest_checkpoint(root), ampkit::IoError, "none is intact");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::latest_checkpoint(root), ampkit::IoError, "a.bin fails its checksum");
+  AMPKIT_EXPECT_THROWS_WITH(
+      ck::latest_checkpoint(root),
+      ampkit::IoError,
+      "--resume-from-checkpoint none");
+  // Nothing was touched.
+  EXPECT_TRUE(fs::exists(dir_ / "checkpoints/checkpoint_30/a.bin"));
+}
+
+// A save never deletes a damaged checkpoint of the same name: it is kept
+// as <name>.damaged (then .damaged.1), with a warning.
+TEST_F(CheckpointDirTest, SavingOverADamagedCheckpointSetsItAside) {
+  const auto dir = make("checkpoint_30");
+  { std::ofstream(fs::path(dir) / "a.bin") << "abd"; }
+  std::vector<std::string> warnings;
+  auto previous = ampkit::set_warning_handler(
+      [&](const ampkit::Warning& w) { warnings.push_back(w.message); });
+  make("checkpoint_30", "new");
+  { std::ofstream(fs::path(dir) / "b.bin") << "damaged"; }
+  make("checkpoint_30", "newer");
+  ampkit::set_warning_handler(previous);
+  EXPECT_EQ(
+      ck::read_checkpoint_file(dir, ck::verify_checkpoint(dir), "a.bin"),
+      "newer");
+  EXPECT_EQ(
+      ampkit::testing_util::read_file(fs::path(dir + ".damaged") / "a.bin"),
+      "abd");
+  EXPECT_EQ(
+      ampkit::testing_util::read_file(fs::path(dir + ".damaged.1") / "b.bin"),
+      "damaged");
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(warnings[0], HasSubstr("it is kept as " + dir + ".damaged"));
+  EXPECT_THAT(warnings[0], HasSubstr("a.bin fails its checksum"));
+  // Set-aside folders are not checkpoints: `latest` sees only the new one.
+  EXPECT_EQ(ck::list_checkpoints(dir_.string()).size(), 1u);
+  EXPECT_EQ(ck::latest_checkpoint(dir_.string()), dir);
 }
 
 struct TwoLayerImpl : torch::nn::Module {

@@ -130,4 +130,33 @@ if [ "$rc" -ne 0 ]; then  # no GPU here
 else  # one process per GPU
   grep -q "^\[rank 0\] env .* WORLD_SIZE=$(nvidia-smi -L | wc -l) " <<<"$out" || fail "--multi_gpu: $out"
 fi
+# 9. Bounds, checked before anything starts: more processes than usable
+#    cores (without --oversubscribe), beyond ulimit -u (always), a port out
+#    of range, --cpu with --multi_gpu, accumulation 0, a missing or empty
+#    explicit config file.
+refused() {  # refused WHAT EXPECTED_TEXT ARGS...: exit != 0 at once, saying it
+  local what="$1" text="$2"; shift 2
+  local start=$SECONDS rc=0
+  out="$("$ampkit" launch "$@" 2>&1)" || rc=$?
+  [ "$rc" -ne 0 ] || fail "$what was accepted: $out"
+  grep -q -- "$text" <<<"$out" || fail "$what: no '$text' in: $out"
+  [ $((SECONDS - start)) -le 5 ] || fail "$what took $((SECONDS - start)) s to refuse"
+  ! alive || fail "$what started workers"
+}
+cores=$(nproc)
+refused "100000 processes" "usable cores" --cpu --num_processes 100000 "$dir/w.sh" sleep
+refused "99999999999 processes" "usable cores" --cpu --num_processes 99999999999 "$dir/w.sh" sleep
+refused "$((cores + 1)) processes on $cores cores" "or --oversubscribe" --cpu --num_processes $((cores + 1)) "$dir/w.sh"
+out="$("$ampkit" launch -q --cpu --oversubscribe --num_processes $((cores + 1)) "$dir/w.sh" 2>&1)" ||
+  fail "--oversubscribe: $out"
+grep -q "^\[rank $cores\] env" <<<"$out" || fail "--oversubscribe started no rank $cores: $out"
+out="$(ulimit -u 40 2>/dev/null && "$ampkit" launch --cpu --oversubscribe --num_processes 50 "$dir/w.sh" 2>&1)" && rc=0 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "ulimit -u" <<<"$out" || fail "50 processes under ulimit -u 40: rc $rc: $out"
+refused "port 70000" "main_process_port must be 0 (pick a free port) or 1-65535, got 70000" \
+  --cpu --num_processes 2 --main_process_port 70000 "$dir/w.sh"
+refused "--cpu --multi_gpu" "ask for GPUs and for none" --cpu --multi_gpu "$dir/w.sh"
+refused "accumulation 0" "must be a number > 0, got 0" --cpu --gradient_accumulation_steps 0 "$dir/w.sh"
+refused "a missing --config_file" "does not exist" --config_file "$dir/missing.yaml" "$dir/w.sh"
+: > "$dir/empty.yaml"
+refused "an empty config file" "holds no settings" --config_file "$dir/empty.yaml" "$dir/w.sh"
 echo "launch_test: ok"

@@ -29,6 +29,7 @@
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
 #include "ampkit/version.h"
+#include "cli_checks.h"
 
 namespace {
 
@@ -378,6 +379,7 @@ int main(int argc, char** argv) {
   std::string launch_config_file;
   std::string launch_precision;
   double monitor_interval = 0.1;
+  double preemption_grace = 60;
   CLI::App* launch = app.add_subcommand(
       "launch",
       "Run PROGRAM [ARGS...] as the processes of a distributed run (each "
@@ -421,10 +423,13 @@ int main(int argc, char** argv) {
       "--num_processes)");
   given["gpu_ids"] = launch->add_option(
       flags("gpu-ids"), "GPUs to use (sets CUDA_VISIBLE_DEVICES)");
-  given["gradient_accumulation_steps"] = launch->add_option(
-      flags("gradient-accumulation-steps"),
-      launch_options.gradient_accumulation_steps,
-      "micro-batches per step");
+  given["gradient_accumulation_steps"] =
+      launch
+          ->add_option(
+              flags("gradient-accumulation-steps"),
+              launch_options.gradient_accumulation_steps,
+              "micro-batches per step")
+          ->check(cli_checks::positive());
   given["debug"] = launch->add_flag(
       flags("debug"), launch_options.debug, "shape checks before collectives");
   given["use_deepspeed"] = launch->add_flag(
@@ -445,14 +450,14 @@ int main(int argc, char** argv) {
               flags("gradient-clipping"),
               launch_options.gradient_clipping,
               "clip gradients to this global norm before each step")
-          ->check(CLI::NonNegativeNumber);
+          ->check(cli_checks::non_negative());
   launch
       ->add_option(
           flags("num-cpu-threads-per-process"),
           launch_options.num_cpu_threads_per_process,
           "OMP_NUM_THREADS of each process (default: an OMP_NUM_THREADS "
           "already set, else the cores shared among the processes)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli_checks::non_negative());
   launch->add_flag(
       flags("tee"), launch_options.tee, "with --log_dir, print the lines too");
   launch->add_option(
@@ -465,8 +470,19 @@ int main(int argc, char** argv) {
       flags("monitor-interval"),
       monitor_interval,
       "seconds between checks of the workers");
+  launch
+      ->add_option(
+          flags("preemption-grace"),
+          preemption_grace,
+          "seconds the workers get to finish their step and save after "
+          "SIGTERM, SIGINT or SIGUSR1, before they are killed")
+      ->check(cli_checks::non_negative());
   launch->add_flag(
       "-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
+  launch->add_flag(
+      flags("oversubscribe"),
+      launch_options.oversubscribe,
+      "start more processes than the machine has cores");
 
   ampkit::SelfTestOptions test_options;
   std::string test_config_file;
@@ -530,6 +546,8 @@ int main(int argc, char** argv) {
       launch_options.command = launch->remaining();
       launch_options.monitor_interval = std::chrono::milliseconds(
           static_cast<int64_t>(std::max(0.01, monitor_interval) * 1000));
+      launch_options.preemption_grace = std::chrono::milliseconds(
+          static_cast<int64_t>(preemption_grace * 1000));
       // Precedence: flag > config file > default.
       std::string gpu_ids = given["gpu_ids"]->count() > 0
                                 ? given["gpu_ids"]->as<std::string>()
@@ -537,6 +555,14 @@ int main(int argc, char** argv) {
       const std::string path = launch_config_file.empty()
                                    ? ampkit::config::config_path_to_read()
                                    : launch_config_file;
+      if (!launch_config_file.empty() &&
+          !std::filesystem::exists(launch_config_file)) {
+        throw ampkit::UsageError(
+            "Launch",
+            "--config_file " + launch_config_file +
+                " does not exist. Write it with `ampkit config --config_file " +
+                launch_config_file + "`, or leave the flag out.");
+      }
       const bool has_config = std::filesystem::exists(path);
       std::vector<std::string> defaults;
       if (has_config) {
@@ -597,8 +623,13 @@ int main(int argc, char** argv) {
         visible_gpus = 1 + static_cast<int64_t>(
                                std::count(gpu_ids.begin(), gpu_ids.end(), ','));
       }
-      if (given["multi_gpu"]->count() > 0 &&
-          given["num_processes"]->count() == 0 && !has_config) {
+      if (given["multi_gpu"]->count() > 0) {
+        if (launch_options.cpu) {
+          throw ampkit::UsageError(
+              "Launch",
+              "--multi_gpu and --cpu ask for GPUs and for none. Pass one: "
+              "--cpu --num_processes N trains on the CPU.");
+        }
         if (visible_gpus < 0) {
           visible_gpus = static_cast<int64_t>(
               ampkit::Capabilities::current().cuda_devices.size());
@@ -607,9 +638,12 @@ int main(int argc, char** argv) {
           throw ampkit::UsageError(
               "Launch",
               "--multi_gpu starts one process per GPU, but this machine has "
-              "no CUDA device LibTorch can use. Pass --num_processes N (and "
-              "--cpu to train on the CPU).");
+              "no CUDA device LibTorch can use. Pass --cpu --num_processes N "
+              "to train on the CPU.");
         }
+      }
+      if (given["multi_gpu"]->count() > 0 &&
+          given["num_processes"]->count() == 0 && !has_config) {
         launch_options.num_processes = visible_gpus;
         defaults.erase(
             std::remove(

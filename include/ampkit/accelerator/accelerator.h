@@ -497,6 +497,9 @@ class Accelerator {
   }
 
  private:
+  /// A stop signal reached a step boundary (handle_signals): saves where
+  /// save_on_preemption says, says what it did, exits with 128 + signal.
+  [[noreturn]] void preempt(int signal);
   PreparedOptimizer prepare_optimizer(torch::optim::Optimizer& optimizer);
   PreparedScheduler prepare_scheduler(optim::LRScheduler& scheduler);
   std::shared_ptr<torch::nn::Module> prepare_module(

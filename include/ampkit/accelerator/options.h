@@ -133,7 +133,20 @@ constexpr const char* kEnvAccelerateGradientClipping =
   _(bool, automatic_checkpoint_naming, false)                                 \
   /* Keep at most this many checkpoints under project_dir/checkpoints, the    \
      oldest deleted after a new one is complete (0: keep all). */             \
-  _(int64_t, total_limit, 0)
+  _(int64_t, total_limit, 0)                                                  \
+  /* Preemption: on SIGTERM (a scheduler's notice before SIGKILL), SIGINT     \
+     or SIGUSR1 (Slurm's --signal) the run finishes its current step, every   \
+     process at the same step, then exits with 128 + the signal; a second     \
+     signal stops it at once. false leaves the signals alone (they end the    \
+     process on the spot); a signal the program ignores or handles itself is  \
+     never taken over. */                                                     \
+  _(bool, handle_signals, true)                                               \
+  /* Save a checkpoint before that exit: save_state() under                   \
+     automatic_checkpoint_naming (which turns this on), else                  \
+     checkpoint_<step> under preemption_dir. */                               \
+  _(bool, save_on_preemption, false)                                          \
+  /* Where the preemption checkpoint goes ("": project_dir/checkpoints). */   \
+  _(std::string, preemption_dir, "")
 
 /// What a training run asks for. Every field left unset is taken, in this
 /// order, from the environment a launcher set, the config file, or the

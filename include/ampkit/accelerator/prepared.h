@@ -35,6 +35,10 @@ const AutocastOptions* forward_autocast(AcceleratorState& state);
 /// can tell when none ran.
 void note_forward(AcceleratorState& state);
 void set_end_of_dataloader(AcceleratorState& state, bool end);
+/// A step boundary (a prepared loader asked for its next batch, or an
+/// accumulate() scope began) after an optimizer step: where a stop signal
+/// (SIGTERM, SIGINT, SIGUSR1) ends the run, see handle_signals.
+void preemption_point(AcceleratorState& state);
 /// Real samples in the last gathered step of the loader now at its end, for
 /// gather_for_metrics (0: nothing to drop).
 void set_gather_remainder(AcceleratorState& state, int64_t remainder);
@@ -252,6 +256,7 @@ class PreparedDataLoader {
       return &*current_;
     }
     Iterator& operator++() {
+      detail::preemption_point(*owner_->state_);
       advance();
       return *this;
     }
@@ -266,6 +271,7 @@ class PreparedDataLoader {
     friend class PreparedDataLoader;
     Iterator() = default;
     Iterator(PreparedDataLoader* owner) : owner_(owner) {
+      detail::preemption_point(*owner_->state_);
       if (owner_->position_) {
         // A resumed epoch starts at its saved position.
         owner_->position_->consumed = owner_->position_->sampler.pending_skip();

@@ -103,8 +103,11 @@ std::string read_checkpoint_file(
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(
     const std::string& checkpoints_dir);
 
-/// The complete checkpoint with the largest N, or nullopt; incomplete or
-/// corrupt ones are skipped.
+/// The intact checkpoint with the largest N, or nullopt when there is no
+/// checkpoint_N at all. Each damaged one passed over (a file missing,
+/// truncated or failing its CRC, no manifest) is warned about by name; when
+/// checkpoints exist and none is intact, an IoError lists them (starting
+/// fresh would save over them).
 std::optional<std::string> latest_checkpoint(
     const std::string& checkpoints_dir);
 

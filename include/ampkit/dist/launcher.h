@@ -40,9 +40,18 @@ struct LaunchOptions {
   /// Restarts of the whole group after a failure.
   int64_t max_restarts = 0;
   std::chrono::milliseconds monitor_interval{100};
-  /// SIGTERM, then SIGKILL after this long.
+  /// After a worker failed: the others get SIGTERM, then SIGKILL after
+  /// this long.
   std::chrono::milliseconds grace{5000};
+  /// SIGTERM, SIGINT or SIGUSR1 to the launcher is forwarded to every
+  /// worker, which finishes its step and saves (preemption); what is still
+  /// running this long after is killed, and named.
+  std::chrono::milliseconds preemption_grace{60000};
   bool quiet = false;
+  /// Start more processes on a machine than it has usable cores (refused
+  /// otherwise: they would share cores). The user's process limit (ulimit
+  /// -u) is never passed.
+  bool oversubscribe = false;
   std::vector<std::string> command;
 };
 
