@@ -40,6 +40,7 @@ struct RunFlags {
   int64_t checkpointing_steps = 0;     // 0 = no checkpoints
   std::string resume_from_checkpoint;  // a folder, or "latest"
   int64_t zero_stage = -1;             // -1 = the environment, else 0
+  bool reset_schedule = false;  // resume onto a schedule of another length
 };
 
 inline void add_run_flags(CLI::App& app, RunFlags& f) {
@@ -53,6 +54,11 @@ inline void add_run_flags(CLI::App& app, RunFlags& f) {
          "micro-batches per optimizer step (default: the environment, else 1)")
       ->check(cli_checks::positive());
   app.add_flag(flags("cpu"), f.cpu, "train on the CPU even with a GPU");
+  app.add_flag(
+      flags("reset-schedule"),
+      f.reset_schedule,
+      "resuming with another --max-steps/--epochs: continue the new learning "
+      "rate schedule from the saved step (refused otherwise)");
   app.add_option(
       flags("threads"), f.threads, "intra-op threads (default: every core)");
   app.add_option(
@@ -144,6 +150,7 @@ inline ampkit::AcceleratorOptions accelerator_options(const RunFlags& f) {
   options.project_dir(project_dir_of(f.output_dir));
   // SIGTERM (a scheduler's notice), Ctrl-C or SIGUSR1 finishes the step and
   // saves checkpoint_<step> where --resume-from-checkpoint latest looks.
+  options.reset_schedule(f.reset_schedule);
   options.save_on_preemption(true).preemption_dir(
       (std::filesystem::path(f.output_dir) / "checkpoints").string());
   if (!f.log_with.empty()) {

@@ -32,6 +32,28 @@ cmp "$out/straight/model/model.safetensors" "$out/run/model/model.safetensors" |
 grep -q '"first_step": 8' "$out/run/summary.json" || fail "summary.json lacks first_step 8: $(cat "$out/run/summary.json")"
 grep -q '"train_loss_steps"' "$out/run/summary.json" || fail "summary.json lacks train_loss_steps"
 
+# Resume checks what it restores: a longer run (another schedule length) or
+# another accumulation is refused, naming both values; --reset-schedule
+# continues the longer schedule from the saved step.
+mkdir -p "$out/longer/checkpoints"
+cp -r "$out/run/checkpoints/checkpoint_7" "$out/longer/checkpoints/"
+longer=("$bin" --epochs 3 --limit-train 640 --limit-test 200 --threads 2 --batch-size 64 --mixed-precision no
+  --output-dir "$out/longer" --resume-from-checkpoint latest)
+set +e
+"${longer[@]}" > "$out/longer.log" 2>&1
+rc=$?
+"$bin" "${args[@]}" --gradient-accumulation-steps 2 --output-dir "$out/accumulate" \
+  --resume-from-checkpoint "$out/run/checkpoints/checkpoint_7" > "$out/accumulate.log" 2>&1
+rc_accumulate=$?
+set -e
+[ "$rc" -ne 0 ] && grep -q "schedule was saved for 20 training steps, this run's is for 30" "$out/longer.log" ||
+  fail "a longer run resumed onto the saved schedule (exit $rc): $(cat "$out/longer.log")"
+[ "$rc_accumulate" -ne 0 ] && grep -q "saved with gradient_accumulation_steps 1, this run has 2" "$out/accumulate.log" ||
+  fail "another accumulation was resumed (exit $rc_accumulate): $(cat "$out/accumulate.log")"
+"${longer[@]}" --reset-schedule > "$out/reset.log" 2>&1 || fail "--reset-schedule: $(cat "$out/reset.log")"
+grep -q "resumed from .*checkpoint_7 at step 7" "$out/reset.log" || fail "--reset-schedule did not resume: $(cat "$out/reset.log")"
+grep -q '"steps": 30' "$out/longer/summary.json" || fail "--reset-schedule did not run 30 steps: $(cat "$out/longer/summary.json")"
+
 # A damaged checkpoint is never passed over in silence nor saved over. Only
 # checkpoint_14 left, one bit flipped: `latest` refuses to start fresh.
 ck="$out/run/checkpoints"

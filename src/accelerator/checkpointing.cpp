@@ -281,6 +281,39 @@ void check_resumed_settings(
   differs("zero_stage", std::to_string(st.options.zero_stage), "zero_stage");
 }
 
+// A schedule's length (num_training_steps) comes back from the checkpoint,
+// so a run resumed with a longer --max-steps would follow the old, shorter
+// schedule (a cosine's learning rate climbing back from 0). Refused, unless
+// reset_schedule asks the new length to continue from the saved step.
+void keep_or_refuse_schedule_length(
+    const optim::LRScheduler& scheduler,
+    StateDict& saved,
+    bool reset_schedule,
+    const std::string& file) {
+  const StateDict now = scheduler.state_dict();
+  const auto then_it = saved.find("num_training_steps");
+  const auto now_it = now.find("num_training_steps");
+  if (then_it == saved.end() || now_it == now.end() ||
+      !then_it->second.isInt() || !now_it->second.isInt() ||
+      then_it->second.toInt() == now_it->second.toInt()) {
+    return;
+  }
+  if (reset_schedule) {
+    then_it->second = now_it->second;  // the new length, from the saved step
+    return;
+  }
+  throw InvalidArgument(
+      component::kAccelerator,
+      file + ": the " + scheduler.name() + " schedule was saved for " +
+          std::to_string(then_it->second.toInt()) +
+          " training steps, this run's is for " +
+          std::to_string(now_it->second.toInt()) +
+          "; resuming would follow the saved one. Resume with the same "
+          "length (the same --max-steps/--epochs), or reset_schedule(true) "
+          "(the flag --reset-schedule) to continue the new schedule from the "
+          "saved step.");
+}
+
 }  // namespace
 
 std::string Accelerator::save_state(const std::optional<std::string>& dir) {
@@ -527,6 +560,13 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         path(kStateFile) + " is malformed: " + e.what());
   }
   check_resumed_settings(st, counters, target);
+  for (size_t i = 0; i < st.schedulers.size(); ++i) {
+    keep_or_refuse_schedule_length(
+        *st.schedulers[i],
+        schedulers[i],
+        st.options.reset_schedule,
+        path(indexed("scheduler", i, ".bin")));
+  }
 
   for (size_t i = 0; i < st.models.size(); ++i) {
     ck::load_model_state(

@@ -241,6 +241,8 @@ int run_self_test(
     launch.quiet = true;
     launch.cpu = true;
     launch.grace = std::chrono::milliseconds(2000);
+    // A correctness check, not a speed one: N processes on fewer cores.
+    launch.oversubscribe = true;
     std::ostringstream reference_log, group_log;
     launch.num_processes = 1;
     int code = dist::launch(launch, reference_log, reference_log);

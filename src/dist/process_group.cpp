@@ -25,6 +25,7 @@
 #include "dist/file_rendezvous.h"
 #include "dist/group_impl.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::dist {
 
@@ -131,6 +132,21 @@ ProcessGroup::ProcessGroup(
     try {
       im.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const std::string said = ampkit::detail::lower(what);
+      if (o.isServer && (said.find("already in use") != std::string::npos ||
+                         said.find("eaddrinuse") != std::string::npos)) {
+        // It did not wait for anyone: it could not listen.
+        throw DistributedError(
+            component::kDistributed,
+            "rank 0 could not open the rendezvous port " +
+                std::to_string(env.master_port) +
+                ": another program holds it (" + what +
+                "). Pass another --main_process_port (MASTER_PORT), the same "
+                "on every machine, or stop what holds this one (ss -ltnp "
+                "'sport = :" +
+                std::to_string(env.master_port) + "').");
+      }
       throw DistributedError(
           component::kDistributed,
           "rank " + std::to_string(rank) + " could not reach the rendezvous " +

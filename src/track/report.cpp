@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "ampkit/error.h"
+#include "utils/write_failure.h"
 
 #include "track/run_reader.h"
 #include "track/svg_chart.h"
@@ -317,16 +318,17 @@ void write_report(const std::string& run_dir, const std::string& output_path) {
   // Write beside the target, then rename: a reader never sees half a report.
   const std::string tmp = path + ".tmp";
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << html;
     out.close();
     if (!out) {
+      const int err = errno != 0 ? errno : EIO;
       fs::remove(tmp, ec);
       throw IoError(
           component::kReport,
-          "cannot write the report, got '" + path +
-              "'. Check that its folder exists and is writable, or choose "
-              "another output path.");
+          "cannot write the report to " + path + ": " +
+              ampkit::detail::write_failure(err) + ".");
     }
   }
   fs::rename(tmp, path, ec);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ampkit/error.h"
+#include "ampkit/utils/warnings.h"
 
 #include "utils/components.h"
 #include "utils/strings.h"
@@ -177,6 +178,26 @@ RunConfig read_config(const std::string& path) {
   return config;
 }
 
+// A last line without its newline that does not parse was cut short: the
+// trackers end every line with one, so the run stopped while writing it (a
+// kill, a full disk). It is skipped with a note; anything else that does
+// not parse is an error.
+bool skip_cut_short_last_line(
+    const std::ifstream& in,
+    const std::string& path,
+    size_t line_number,
+    const std::string& line) {
+  if (!in.eof()) {
+    return false;
+  }
+  warn(
+      component::kReport,
+      where(path, line_number) + ": the last line is cut short ('" +
+          clip(line) +
+          "', no newline: the run stopped while writing it); skipped.");
+  return true;
+}
+
 void read_jsonl(
     const std::string& path, std::map<std::string, Series>& series) {
   std::ifstream in = open_for_reading(path);
@@ -195,6 +216,9 @@ void read_jsonl(
     try {
       j = nlohmann::json::parse(quote_non_finite_literals(line));
     } catch (const nlohmann::json::parse_error&) {
+      if (skip_cut_short_last_line(in, path, line_number, line)) {
+        break;
+      }
       throw IoError(
           component::kReport,
           where(path, line_number) + ": line is not valid JSON, got '" +
@@ -275,6 +299,10 @@ void read_csv(const std::string& path, std::map<std::string, Series>& series) {
     const std::vector<std::string> fields = split_csv(line);
     int64_t step = 0;
     double value = 0;
+    if ((fields.size() != 4 || !parse_double(fields[3], value)) &&
+        skip_cut_short_last_line(in, path, line_number, line)) {
+      break;
+    }
     if (fields.size() != 4) {
       throw IoError(
           component::kReport,

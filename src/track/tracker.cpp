@@ -14,6 +14,7 @@
 #include "ampkit/track/tensorboard.h"
 #include "track/run_dir.h"
 #include "utils/components.h"
+#include "utils/write_failure.h"
 
 namespace ampkit::detail {
 
@@ -38,13 +39,14 @@ namespace ampkit::track {
 namespace {
 
 std::ofstream open_for_append(const std::filesystem::path& path) {
+  errno = 0;
   std::ofstream out(path, std::ios::app);
   if (!out) {
     throw IoError(
         component::kTracker,
-        "cannot open " + path.string() +
-            " for writing. Check that the directory exists and is writable, "
-            "or choose another project_dir.");
+        "cannot open " + path.string() + " for writing: " +
+            ampkit::detail::write_failure(errno != 0 ? errno : EIO) +
+            " (or choose another project_dir).");
   }
   return out;
 }

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -22,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "ampkit/dist/process_group.h"
+#include "ampkit/error.h"
 #include "test_util.h"
 
 #ifndef AMPKIT_DIST_WORKER
@@ -396,6 +400,59 @@ TEST_F(DistTest, RendezvousDirectoryIsPrivateAndRemovedAfterTheRun) {
       perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
   // The run cleans up after itself: no marker, store or run directory left.
   EXPECT_TRUE(fs::is_empty(dir_ / "rdzv"));
+}
+
+// A rendezvous port another program holds: rank 0 says so at once and
+// names the flag for another port, instead of "could not reach the
+// rendezvous within 1800 s" after failing in seconds.
+TEST(DistRendezvousTest, APortInUseIsNamedWithTheFlagForAnotherPort) {
+  // An address of this machine that is not loopback: the TCPStore path.
+  std::string own;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr && own.empty(); a = a->ifa_next) {
+      if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET &&
+          (a->ifa_flags & IFF_LOOPBACK) == 0) {
+        char text[INET_ADDRSTRLEN] = {};
+        ::inet_ntop(
+            AF_INET,
+            &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr,
+            text,
+            sizeof(text));
+        own = text;
+      }
+    }
+    ::freeifaddrs(list);
+  }
+  if (own.empty()) {
+    GTEST_SKIP() << "no IPv4 address besides loopback here";
+  }
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(
+      ::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len);
+  ampkit::dist::DistEnv env;
+  env.launcher = ampkit::dist::Launcher::torchrun;
+  env.world_size = 2;
+  env.local_world_size = 1;
+  env.master_addr = own;
+  env.master_port = ntohs(addr.sin_port);
+  const auto start = std::chrono::steady_clock::now();
+  AMPKIT_EXPECT_THROWS_WITH(
+      ampkit::dist::ProcessGroup(
+          env,
+          ampkit::dist::GroupOptions().timeout(std::chrono::seconds(30)),
+          c10::Device(c10::kCPU)),
+      ampkit::DistributedError,
+      "rank 0 could not open the rendezvous port " +
+          std::to_string(env.master_port) + ": another program holds it");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  ::close(holder);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
+#include "ampkit/utils/warnings.h"
 #include "test_util.h"
 
 namespace ampkit::track {
@@ -222,6 +223,36 @@ TEST_F(ReportTest, NamesFileAndLineOfAMalformedJsonlLine) {
       ":1: value of \"loss\" is not a number, got \"low\"");
 }
 
+// A run killed (or out of disk) while writing leaves its last line without
+// a newline: skipped with a note, the rest read. A broken line that ends in
+// a newline is still an error.
+TEST_F(ReportTest, SkipsALastLineCutShortWithANote) {
+  std::vector<std::string> warnings;
+  auto previous = set_warning_handler(
+      [&](const Warning& w) { warnings.push_back(w.message); });
+  write_file(
+      dir_ / kJsonlFile,
+      "{\"step\":1,\"loss\":1.0}\n{\"step\":2,\"loss\":0.5}\n{\"step\":3,\"lo");
+  const RunData jsonl = read_run(dir_.string());
+  EXPECT_EQ(jsonl.series.at("loss").size(), 2u);
+  fs::remove(dir_ / kJsonlFile);
+  write_file(
+      dir_ / kCsvFile, "step,wall_time,name,value\n1,0,loss,0.5\n2,0,lo");
+  const RunData csv = read_run(dir_.string());
+  EXPECT_EQ(csv.series.at("loss").size(), 1u);
+  set_warning_handler(previous);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(
+      warnings[0],
+      HasSubstr(
+          (dir_ / kJsonlFile).string() + ":3: the last line is cut short"));
+  EXPECT_THAT(warnings[1], HasSubstr(":3: the last line is cut short"));
+  write_file(
+      dir_ / kCsvFile, "step,wall_time,name,value\n1,0,lo\n2,0,loss,1\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      read_run(dir_.string()), IoError, ":2: row has 3 fields instead of 4");
+}
+
 TEST_F(ReportTest, NamesFileAndLineOfAMalformedCsvRow) {
   write_file(dir_ / kCsvFile, "step,wall_time,name,value\n1,0,loss,0.5\n2,0\n");
   AMPKIT_EXPECT_THROWS_WITH(
@@ -268,7 +299,7 @@ TEST_F(ReportTest, WritesReportHtmlIntoTheRunDirectoryByDefault) {
   AMPKIT_EXPECT_THROWS_WITH(
       write_report(dir_.string(), (dir_ / "no" / "such" / "r.html").string()),
       IoError,
-      "cannot write the report");
+      "r.html: the folder does not exist");
 }
 
 TEST_F(ReportTest, ThinsLongSeriesButKeepsTheirSpikes) {

@@ -146,7 +146,11 @@ constexpr const char* kEnvAccelerateGradientClipping =
      checkpoint_<step> under preemption_dir. */                               \
   _(bool, save_on_preemption, false)                                          \
   /* Where the preemption checkpoint goes ("": project_dir/checkpoints). */   \
-  _(std::string, preemption_dir, "")
+  _(std::string, preemption_dir, "")                                          \
+  /* load_state with a scheduler whose length (num_training_steps) differs    \
+     from the checkpoint's: false refuses, true continues the new length      \
+     from the saved step. */                                                  \
+  _(bool, reset_schedule, false)
 
 /// What a training run asks for. Every field left unset is taken, in this
 /// order, from the environment a launcher set, the config file, or the
