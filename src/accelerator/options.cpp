@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "accelerator/auto_precision.h"
 #include "ampkit/error.h"
 #include "ampkit/track/tracker.h"
 
@@ -215,12 +216,26 @@ ResolvedAcceleratorOptions resolve_options(
   r.mixed_precision = precision.value;
   std::string precision_value = to_string(precision.value);
   std::string precision_source = precision.source;
-  if (precision.value == Precision::automatic) {
-    // On a CPU with native bf16, bf16 must also train faster here: the
-    // probe measures it once per machine (cached).
-    const PrecisionChoice choice = auto_precision(
-        r.device.type(),
-        r.device.is_cpu() ? with_cpu_bf16_measurement(caps) : caps);
+  const std::vector<Precision> candidates =
+      precision.value == Precision::automatic
+          ? detail::auto_candidates(
+                r.device.is_cpu(), caps.cpu.native_bf16(), {})
+          : std::vector<Precision>{};
+  if (candidates.size() > 1) {
+    // More than one could be fastest: timed on the user's model at its
+    // first forward (accelerator/auto_precision.cpp), fp32 until then.
+    r.mixed_precision = Precision::no;
+    r.auto_candidates = candidates;
+    std::string names;
+    for (const Precision p : candidates) {
+      names += (names.empty() ? "" : ", ") + to_string(p);
+    }
+    r.auto_precision_reason =
+        "decided at the model's first forward (" + names + " timed on it)";
+    precision_value = "auto -> measured on the model";
+    precision_source += "; " + r.auto_precision_reason;
+  } else if (precision.value == Precision::automatic) {
+    const PrecisionChoice choice = auto_precision(r.device.type(), caps);
     r.mixed_precision = choice.precision;
     r.auto_precision_reason = choice.reason;
     precision_value = "auto -> " + to_string(choice.precision);

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,33 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "amp/probe_cache.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/capability.h"
 #include "ampkit/utils/env.h"
+#include "ampkit/utils/random.h"
 
 namespace ampkit {
 
 namespace {
 
-std::filesystem::path cache_file() {
-  return std::filesystem::path(cache_home()) / "ampkit" / "cpu_bf16_probe.json";
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return cpu_capability().vendor;
-}
+constexpr const char* kCacheName = "cpu_bf16_probe.json";
 
 // What the measurement depends on: the CPU, LibTorch and the threads.
 std::string cache_key() {
-  return cpu_model() + " | LibTorch " + TORCH_VERSION + " | " +
+  return detail::cpu_model() + " | LibTorch " + TORCH_VERSION + " | " +
          std::to_string(at::get_num_threads()) + " threads";
 }
 
@@ -66,28 +55,59 @@ double one_iteration(
       .count();
 }
 
+}  // namespace
+
+namespace detail {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return cpu_capability().vendor;
+}
+
+std::string probe_cache_file(const std::string& name) {
+  return (std::filesystem::path(cache_home()) / "ampkit" / name).string();
+}
+
+nlohmann::json read_probe_cache(const std::string& name) {
+  std::ifstream in(probe_cache_file(name));
+  if (!in) {
+    return nlohmann::json::object();
+  }
+  auto cache = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return cache.is_object() ? cache : nlohmann::json::object();
+}
+
+void write_probe_cache(const std::string& name, const nlohmann::json& cache) {
+  const std::filesystem::path file = probe_cache_file(name);
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  const std::filesystem::path tmp =
+      file.string() + ".tmp" + std::to_string(::getpid());
+  std::ofstream(tmp) << cache.dump(2) << '\n';
+  std::filesystem::rename(tmp, file, ec);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::median;
 
 CpuBf16Measurement measure_cpu_bf16_training() {
   CpuBf16Measurement m;
-  const std::filesystem::path file = cache_file();
-  m.cache_file = file.string();
+  m.cache_file = detail::probe_cache_file(kCacheName);
   const std::string key = cache_key();
-  nlohmann::json cache = nlohmann::json::object();
-  {
-    std::ifstream in(file);
-    if (in) {
-      cache = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-      if (!cache.is_object()) {
-        cache = nlohmann::json::object();  // unreadable: measured again
-      }
-    }
-  }
+  nlohmann::json cache = detail::read_probe_cache(kCacheName);
   const auto found = cache.find(key);
   if (found != cache.end() && found->is_object() &&
       found->value("fp32_ms", 0.0) > 0 && found->value("bf16_ms", 0.0) > 0) {
@@ -97,6 +117,8 @@ CpuBf16Measurement measure_cpu_bf16_training() {
     m.cached = true;
     return m;
   }
+  // The probe's random inputs leave the program's generators as they were.
+  const RngState rng = get_rng_state();
   torch::manual_seed(0);
   const std::vector<torch::Tensor> t = {
       torch::randn({32, 32, 14, 14}),
@@ -112,15 +134,12 @@ CpuBf16Measurement measure_cpu_bf16_training() {
     fp32.push_back(one_iteration(t, false, sink));
     bf16.push_back(one_iteration(t, true, sink));
   }
+  set_rng_state(rng);
   m.fp32_ms = median(fp32);
   m.bf16_ms = median(bf16);
   m.speedup = m.fp32_ms / m.bf16_ms;
   cache[key] = {{"fp32_ms", m.fp32_ms}, {"bf16_ms", m.bf16_ms}};
-  std::error_code ec;
-  std::filesystem::create_directories(file.parent_path(), ec);
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  std::ofstream(tmp) << cache.dump(2) << '\n';
-  std::filesystem::rename(tmp, file, ec);
+  detail::write_probe_cache(kCacheName, cache);
   return m;
 }
 

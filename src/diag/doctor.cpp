@@ -311,6 +311,13 @@ PrecisionRecommendation recommend_precision(
     if (fp32_measured && bf16 != nullptr && bf16->gflops) {
       reason = ratio_text(*bf16, *fp32) + "; " + reason;
     }
+    // On such a CPU the verdict depends on the model (a transformer can be
+    // slower in bf16 where a CNN is faster): said, and auto measures it.
+    if (caps.cpu.native_bf16()) {
+      reason +=
+          "; a generic verdict from a small CNN step: mixed_precision "
+          "auto times fp32 and bf16 on your own model and batch";
+    }
     return {device, choice.precision, reason};
   }
   if (choice.precision == Precision::no) {

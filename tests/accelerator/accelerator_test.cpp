@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 
+#include "accelerator/auto_precision.h"
 #include "accelerator/state.h"
 #include "amp/compat.h"
 #include "ampkit/accelerator/accelerator.h"
@@ -321,6 +322,131 @@ TEST(AcceleratorTest, ResumeRefusesAnotherAccumulationOrPrecision) {
       "saved with mixed_precision no, this run has bf16");
   EXPECT_NO_THROW(with(quiet().gradient_accumulation_steps(2), false));
   std::filesystem::remove_all(dir);
+}
+
+// A model whose forward uses the random generator (dropout) and changes
+// buffers (BatchNorm's running statistics): what the auto probe restores.
+struct NoisyNetImpl : torch::nn::Module {
+  NoisyNetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(6, 16))),
+        norm(register_module("norm", torch::nn::BatchNorm1d(16))),
+        drop(register_module("drop", torch::nn::Dropout(0.3))),
+        fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc2(drop(torch::relu(norm(fc1(x)))));
+  }
+  torch::nn::Linear fc1;
+  torch::nn::BatchNorm1d norm;
+  torch::nn::Dropout drop;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(NoisyNet);
+
+// Trains 3 steps of NoisyNet from seed 0; its weights, buffers and the
+// generator's next number.
+std::vector<torch::Tensor> train_noisy(
+    AcceleratorOptions options, Precision* chosen = nullptr) {
+  torch::manual_seed(0);
+  Accelerator accelerator(options.quiet(true));
+  NoisyNet net;
+  torch::optim::Adam adam(net->parameters(), 1e-2);
+  auto [model, optimizer] = accelerator.prepare(net, adam);
+  for (int step = 0; step < 3; ++step) {
+    auto scope = accelerator.accumulate(model);
+    const auto x = torch::randn({8, 6});
+    accelerator.backward(model(x).square().mean());
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  if (chosen != nullptr) {
+    *chosen = accelerator.mixed_precision();
+  }
+  std::vector<torch::Tensor> state;
+  for (const auto& p : net->parameters()) {
+    state.push_back(p.detach().clone());
+  }
+  for (const auto& b : net->buffers()) {
+    state.push_back(b.clone());
+  }
+  state.push_back(torch::rand({1}));
+  return state;
+}
+
+void expect_bit_identical(
+    const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
+  }
+}
+
+// auto with two candidates: timed on the model's first batch (timings
+// injected here), bf16 only when it is at least 1.1x as fast; the run is
+// bit-identical to one in the precision it chose (the probe's forwards and
+// backwards leave weights, BatchNorm's statistics and the generator alone).
+TEST(AcceleratorTest, AutoTimesTheModelAndTakesBf16OnlyByTheMargin) {
+  auto inject = [](double bf16_seconds) {
+    detail::set_auto_probe_override(detail::AutoProbeOverride{
+        {Precision::no, Precision::bf16}, [bf16_seconds](Precision p) {
+          return p == Precision::bf16 ? bf16_seconds : 1.0;
+        }});
+  };
+  Precision chosen = Precision::automatic;
+  inject(0.8);  // 1.25x
+  const auto with_auto = train_noisy(quiet().mixed_precision("auto"), &chosen);
+  EXPECT_EQ(chosen, Precision::bf16);
+  inject(0.95);  // 1.05x: not worth leaving fp32
+  const auto auto_fp32 = train_noisy(quiet().mixed_precision("auto"), &chosen);
+  EXPECT_EQ(chosen, Precision::no);
+  detail::set_auto_probe_override(std::nullopt);
+  expect_bit_identical(with_auto, train_noisy(quiet().mixed_precision("bf16")));
+  expect_bit_identical(auto_fp32, train_noisy(quiet().mixed_precision("no")));
+}
+
+// What the decision is cached under: the parameters, the batch, the CPU,
+// LibTorch and the threads; a second run with the same model and batch
+// reads the cache instead of measuring.
+TEST(AcceleratorTest, AutoDecisionIsCachedByModelAndBatch) {
+  Net a = make_net();
+  NoisyNet b;
+  const auto x = torch::ones({8, 6});
+  EXPECT_EQ(
+      detail::auto_cache_key(*a, {x}),
+      detail::auto_cache_key(*make_net(1), {x}));
+  EXPECT_NE(detail::auto_cache_key(*a, {x}), detail::auto_cache_key(*b, {x}));
+  EXPECT_NE(
+      detail::auto_cache_key(*a, {x}),
+      detail::auto_cache_key(*a, {torch::ones({4, 6})}));
+  EXPECT_THAT(
+      detail::auto_cache_key(*a, {x}),
+      ::testing::HasSubstr(std::to_string(at::get_num_threads()) + " threads"));
+  const auto home = std::filesystem::temp_directory_path() /
+                    ("ampkit-auto-cache-" + std::to_string(::getpid()));
+  const char* previous = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = previous != nullptr ? previous : "";
+  ::setenv("XDG_CACHE_HOME", home.c_str(), 1);
+  // Real timings, two candidates on any CPU.
+  detail::set_auto_probe_override(
+      detail::AutoProbeOverride{{Precision::no, Precision::bf16}, {}});
+  std::vector<std::string> reasons;
+  for (int run = 0; run < 2; ++run) {
+    Accelerator accelerator(quiet().mixed_precision("auto"));
+    Net net = make_net();
+    auto model = accelerator.prepare(net);
+    model(x);
+    reasons.push_back(accelerator.options().auto_precision_reason);
+  }
+  detail::set_auto_probe_override(std::nullopt);
+  if (previous != nullptr) {
+    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+  EXPECT_THAT(reasons[0], ::testing::HasSubstr("measured on its first batch:"));
+  EXPECT_THAT(
+      reasons[1], ::testing::HasSubstr("measured on its first batch, cached"));
+  EXPECT_TRUE(std::filesystem::exists(home / "ampkit" / "auto_precision.json"));
+  std::filesystem::remove_all(home);
 }
 
 // accelerate's accumulate(*models), unwrap_model and the process helpers.

@@ -321,6 +321,12 @@ TEST_F(DistTest, GatherForMetricsDropsTheSamplesThatPaddedTheLastBatch) {
   EXPECT_THAT(results[0].out, HasSubstr("metrics ok"));
 }
 
+TEST_F(DistTest, AutoPrecisionIsRankZerosChoiceOnEveryRank) {
+  const auto results = run(2, {"auto_agree"});
+  expect_all_ok(results);
+  EXPECT_THAT(results[0].out, HasSubstr("auto agree ok"));
+}
+
 TEST_F(DistTest, MicroStepsKeepLocalGradientsAndTheSyncStepAveragesThem) {
   expect_all_ok(run(2, {"micro_steps"}));
 }

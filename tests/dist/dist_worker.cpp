@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "accelerator/auto_precision.h"
 #include "ampkit/ampkit.h"
 
 namespace {
@@ -291,6 +292,35 @@ int metrics() {
         torch::cat(all).numel() == 12, "gather should keep the padded 12");
   }
   accelerator.print("metrics ok");
+  return 0;
+}
+
+// mixed_precision auto in a group: only rank 0 times the model, every
+// rank trains in its choice (here each rank's injected timings disagree).
+int auto_agree() {
+  const char* rank = std::getenv("RANK");
+  const bool first = rank != nullptr && std::string(rank) == "0";
+  ampkit::detail::set_auto_probe_override(ampkit::detail::AutoProbeOverride{
+      {ampkit::Precision::no, ampkit::Precision::bf16},
+      [first](ampkit::Precision p) {
+        return p == ampkit::Precision::bf16 ? (first ? 0.5 : 2.0) : 1.0;
+      }});
+  ampkit::Accelerator accelerator(base_options().mixed_precision("auto"));
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 2);
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  for (int step = 0; step < 2; ++step) {
+    accelerator.backward(model(torch::ones({2, 4})).sum());
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  CHECK_OR_FAIL(
+      accelerator.mixed_precision() == ampkit::Precision::bf16,
+      "this rank trains in " +
+          ampkit::to_string(accelerator.mixed_precision()) +
+          ", not in rank 0's choice bf16");
+  accelerator.print("auto agree ok");
   return 0;
 }
 
@@ -782,6 +812,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "metrics") {
       return metrics();
+    }
+    if (scenario == "auto_agree") {
+      return auto_agree();
     }
     if (scenario == "nested_collectives") {
       return nested_collectives();

@@ -265,6 +265,10 @@ struct ResolvedAcceleratorOptions {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   /// What "auto" became and why; empty unless auto was asked for.
   std::string auto_precision_reason;
+  /// auto with more than one candidate (a CPU with native bf16): they are
+  /// timed on the prepared model at its first forward, which then sets
+  /// mixed_precision (fp32 until then). Empty once decided.
+  std::vector<Precision> auto_candidates;
   /// Start-up warnings (fp16 without loss scaling, for example).
   std::vector<std::string> warnings;
   std::vector<OptionRow> rows;

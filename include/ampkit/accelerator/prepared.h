@@ -9,6 +9,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstddef>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -35,6 +36,16 @@ const AutocastOptions* forward_autocast(AcceleratorState& state);
 /// can tell when none ran.
 void note_forward(AcceleratorState& state);
 void set_end_of_dataloader(AcceleratorState& state, bool end);
+/// mixed_precision "auto" with several candidates is decided at the first
+/// forward, on the model and its first batch (accelerator/auto_precision).
+bool auto_precision_pending(const AcceleratorState& state);
+/// Rank 0 times `forward` and its backward in each candidate (or reads the
+/// cache), every process takes the answer; nothing of the run changes.
+void decide_auto_precision(
+    AcceleratorState& state,
+    torch::nn::Module& module,
+    const std::function<std::vector<torch::Tensor>()>& forward,
+    const std::vector<torch::Tensor>& inputs);
 /// A step boundary (a prepared loader asked for its next batch, or an
 /// accumulate() scope began) after an optimizer step: where a stop signal
 /// (SIGTERM, SIGINT, SIGUSR1) ends the run, see handle_signals.
@@ -112,6 +123,13 @@ class PreparedModel : public PreparedModelBase {
     // LibTorch's errors leave with an `ampkit hint:` where one applies.
     try {
       detail::check_not_released(*state_, *module_);
+      if (detail::auto_precision_pending(*state_)) {
+        detail::decide_auto_precision(
+            *state_,
+            *module_,
+            [&] { return collect_tensors(model_->forward(args...)); },
+            collect_tensors(std::forward_as_tuple(args...)));
+      }
       if (!detail::is_distributed(*state_)) {
         return forward_under_autocast(std::forward<Args>(args)...);
       }
