@@ -155,6 +155,7 @@ out="$(ulimit -u 40 2>/dev/null && "$ampkit" launch --cpu --oversubscribe --num_
 refused "port 70000" "main_process_port must be 0 (pick a free port) or 1-65535, got 70000" \
   --cpu --num_processes 2 --main_process_port 70000 "$dir/w.sh"
 refused "--cpu --multi_gpu" "ask for GPUs and for none" --cpu --multi_gpu "$dir/w.sh"
+refused "2 processes on 1 GPU" "which has 1 GPUs: they would share them" --gpu_ids 0 --num_processes 2 "$dir/w.sh"
 refused "accumulation 0" "must be a number > 0, got 0" --cpu --gradient_accumulation_steps 0 "$dir/w.sh"
 refused "a missing --config_file" "does not exist" --config_file "$dir/missing.yaml" "$dir/w.sh"
 : > "$dir/empty.yaml"

@@ -652,6 +652,25 @@ int main(int argc, char** argv) {
                 std::string("num_processes=1")),
             defaults.end());
       }
+      // On GPUs one process per GPU: more would share a GPU (the core
+      // bound is the launcher's, for CPU runs).
+      if (!launch_options.cpu && !launch_options.oversubscribe) {
+        if (visible_gpus < 0) {
+          visible_gpus = static_cast<int64_t>(
+              ampkit::Capabilities::current().cuda_devices.size());
+        }
+        const int64_t here = launch_options.num_processes /
+                             std::max<int64_t>(1, launch_options.num_machines);
+        if (visible_gpus > 0 && here > visible_gpus) {
+          throw ampkit::UsageError(
+              "Launch",
+              std::to_string(here) + " processes on this machine, which has " +
+                  std::to_string(visible_gpus) +
+                  " GPUs: they would share them. Pass --num_processes " +
+                  std::to_string(visible_gpus * launch_options.num_machines) +
+                  " or less, --cpu to train on the CPU, or --oversubscribe.");
+        }
+      }
       if (given["use_deepspeed"]->count() > 0 &&
           launch_options.zero_stage < 0) {
         launch_options.zero_stage = 2;  // accelerate's DeepSpeed default
