@@ -15,6 +15,7 @@
 
 #include "ampkit/error.h"
 #include "config/parse.h"
+#include "utils/write_failure.h"
 
 namespace ampkit::config {
 
@@ -66,16 +67,17 @@ void write_atomically(const std::string& path, const std::string& text) {
   }
   const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
     if (!out) {
+      const int err = errno != 0 ? errno : EIO;
       fs::remove(tmp, ec);
       throw IoError(
           kComponent,
-          path +
-              ": cannot be written. Check that its directory exists "
-              "and is writable.");
+          path + ": cannot be written: " + ampkit::detail::write_failure(err) +
+              ".");
     }
   }
   fs::rename(tmp, target, ec);

@@ -13,6 +13,7 @@
 #include "track/run_dir.h"
 #include "utils/components.h"
 #include "utils/crc32c.h"
+#include "utils/write_failure.h"
 
 namespace ampkit::track {
 
@@ -120,13 +121,14 @@ TensorBoardWriter::TensorBoardWriter(const std::string& run_dir) {
   const auto path = event_file_path(
       ampkit::detail::make_run_dir(component::kTensorBoardWriter, run_dir));
   path_ = path.string();
+  errno = 0;
   out_.open(path, std::ios::binary | std::ios::trunc);
   if (!out_) {
     throw IoError(
         component::kTensorBoardWriter,
-        "cannot open the event file for writing, got " + path_ +
-            ". Check that the directory is writable or choose another "
-            "project_dir.");
+        "cannot open the event file " + path_ + " for writing: " +
+            ampkit::detail::write_failure(errno != 0 ? errno : EIO) +
+            " (or choose another project_dir).");
   }
   ampkit::detail::ProtoWriter event;
   event.double_field(event::kWallTime, now_seconds());
