@@ -26,7 +26,9 @@
 #include <thread>
 
 #include "ampkit/error.h"
+#include "dist/file_rendezvous.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::dist {
 namespace {
@@ -318,17 +320,18 @@ class Group {
           err_ << "ampkit launch: got signal " << int(sig) << " ("
                << ::strsignal(sig)
                << "), forwarding it to the workers and waiting up to "
-               << seconds(o_.preemption_grace)
-               << " s (--preemption_grace) for them to stop; send it again "
+               << detail::seconds(o_.preemption_grace)
+               << " (--preemption_grace) for them to stop; send it again "
                   "to stop them at once"
                << std::endl;
           signal_running(sig);
           const auto killed = wait_for_workers(o_.preemption_grace, true);
           if (!killed.empty()) {
             err_ << "ampkit launch: rank" << (killed.size() > 1 ? "s " : " ")
-                 << join(killed) << " did not stop within "
-                 << seconds(o_.preemption_grace) << " s of " << ::strsignal(sig)
-                 << "; killed (SIGKILL)" << std::endl;
+                 << ampkit::detail::join(killed, ", ")
+                 << " did not stop within "
+                 << detail::seconds(o_.preemption_grace) << " of "
+                 << ::strsignal(sig) << "; killed (SIGKILL)" << std::endl;
           }
           interrupted = true;
           return 128 + sig;
@@ -388,9 +391,9 @@ class Group {
   // Waits up to `grace` for the workers to exit (forwarding a further
   // signal the launcher gets, when `forward`), then SIGKILLs the rest;
   // returns their ranks.
-  std::vector<int64_t> wait_for_workers(
+  std::vector<std::string> wait_for_workers(
       std::chrono::milliseconds grace, bool forward) {
-    std::vector<int64_t> killed;
+    std::vector<std::string> killed;
     const auto deadline = std::chrono::steady_clock::now() + grace;
     while (true) {
       bool running = false;
@@ -419,7 +422,7 @@ class Group {
             ::kill(-w.pid, SIGKILL);
             ::waitpid(w.pid, nullptr, 0);
             w.running = false;
-            killed.push_back(w.rank);
+            killed.push_back(std::to_string(w.rank));
           }
         }
         break;
@@ -428,20 +431,6 @@ class Group {
     }
     drain();
     return killed;
-  }
-
-  static std::string seconds(std::chrono::milliseconds d) {
-    std::ostringstream out;
-    out << static_cast<double>(d.count()) / 1000.0;
-    return out.str();
-  }
-
-  static std::string join(const std::vector<int64_t>& ranks) {
-    std::string text;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      text += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
-    }
-    return text;
   }
 
   ~Group() {
