@@ -43,20 +43,12 @@ void read_deepspeed_config(
   if (entry == nullptr || entry->kind == Entry::Kind::null) {
     return;
   }
-  const std::string where =
-      entry->line > 0 ? path + ":" + std::to_string(entry->line) : path;
   auto fail = [&](const std::string& message) {
-    throw ConfigError(
-        path, entry->line, "deepspeed_config", false, where + ": " + message);
+    fail_at(*entry, path, message);
   };
-  YAML::Node node;
-  try {
-    node = YAML::Load(entry->yaml);
-  } catch (const YAML::Exception& e) {
-    fail(std::string("deepspeed_config is not valid YAML: ") + e.what());
-  }
-  if (!node.IsMap()) {
-    fail("deepspeed_config must be a mapping of DeepSpeed settings.");
+  const YAML::Node node = load_mapping(*entry, path, "DeepSpeed settings");
+  if (node.IsNull()) {
+    return;
   }
   auto text = [](const YAML::Node& v) {
     return v.IsScalar() ? v.Scalar() : std::string("(a collection)");

@@ -8,6 +8,10 @@
 
 #include "ampkit/config/config.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace ampkit::config::detail {
 
 /// The component named in this layer's errors.
@@ -47,5 +51,19 @@ std::vector<Entry> parse_json(const std::string& path, const std::string& text);
 /// file, ...) is a ConfigError naming it.
 void read_deepspeed_config(
     const Entry* entry, const std::string& path, LaunchConfig& config);
+
+/// Throws the ConfigError of `entry` in `path`: "path:line: message".
+[[noreturn]] void fail_at(
+    const Entry& entry, const std::string& path, const std::string& message);
+
+/// `entry`'s value as a YAML mapping (a null node for `{}`-less nulls); not
+/// YAML, or not a mapping of `what`, is a ConfigError naming the key.
+YAML::Node load_mapping(
+    const Entry& entry, const std::string& path, const std::string& what);
+
+/// Checks accelerate's fsdp_config, dynamo_config, ipex_config,
+/// megatron_lm_config or tp_config `entry` (other keys pass): every key is
+/// accelerate's, and none asks for what ampkit does not implement.
+void check_plugin_config(const Entry& entry, const std::string& path);
 
 }  // namespace ampkit::config::detail

@@ -62,7 +62,8 @@ const std::vector<std::string> kAmpkitKeys = {
     "use_cpu"};
 
 /// accelerate's other keys (ClusterConfig in accelerate/commands/config/
-/// config_args.py): accepted and kept, not acted on.
+/// config_args.py): kept for writing back. The plugin sections among them
+/// are checked (config/plugins.cpp): only their off values are accepted.
 const std::vector<std::string> kPassthroughKeys = {
     "command_file",
     "commands",
@@ -301,16 +302,20 @@ class Reader {
         apply(entry, config);
         has_mixed_precision |= entry.key == "mixed_precision";
       } else if (contains(kPassthroughKeys, entry.key)) {
+        detail::check_plugin_config(entry, path_);
         passthrough[entry.key] = entry.yaml;
       } else if (entry.key == "fp16") {
         fp16 = &entry;
       } else if (entry.key == "dynamo_backend") {
         // accelerate's process_config: NO -> {}, else {dynamo_backend: X}.
         if (!passthrough.count("dynamo_config")) {
-          passthrough["dynamo_config"] =
-              lower(entry.text) == "no"
-                  ? "{}"
-                  : "dynamo_backend: " + yaml_string(entry.text);
+          Entry dynamo = entry;
+          dynamo.key = "dynamo_config";
+          dynamo.yaml = lower(entry.text) == "no"
+                            ? "{}"
+                            : "dynamo_backend: " + yaml_string(entry.text);
+          detail::check_plugin_config(dynamo, path_);
+          passthrough["dynamo_config"] = dynamo.yaml;
         }
       }
     }

@@ -348,6 +348,49 @@ TEST_F(ConfigFileTest, DeepSpeedConfigRunsOnZeroAndRefusesWhatItLacks) {
   refused("zero_stages: 2", "unknown key deepspeed_config.zero_stages");
 }
 
+// accelerate's other plugin sections load when they ask for nothing (as
+// `accelerate config` writes them for a DDP run) and are refused by key and
+// value when they ask for what ampkit does not do.
+TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
+  const LaunchConfig off = load_config(write(
+      "off.yaml",
+      "distributed_type: MULTI_CPU\n"
+      "dynamo_config:\n  dynamo_backend: 'NO'\n  dynamo_mode: default\n"
+      "fsdp_config: {}\n"
+      "ipex_config:\n  ipex: false\n"
+      "megatron_lm_config:\n  megatron_lm_tp_degree: 1\n"
+      "tp_config:\n  tp_size: 1\n"));
+  EXPECT_EQ(off.passthrough.size(), 5u);
+
+  auto refused = [&](const std::string& yaml, const std::string& message) {
+    SCOPED_TRACE(yaml);
+    AMPKIT_EXPECT_THROWS_WITH(
+        load_config(write("refused.yaml", yaml)), InvalidArgument, message);
+  };
+  refused(
+      "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
+      ":1: fsdp_config.fsdp_sharding_strategy 'FULL_SHARD': FSDP (sharded "
+      "parameters) is not implemented by ampkit");
+  refused(
+      "dynamo_config:\n  dynamo_backend: INDUCTOR\n",
+      "dynamo_config.dynamo_backend 'INDUCTOR': TorchDynamo compiles Python "
+      "bytecode");
+  refused(
+      "num_processes: 1\ndynamo_backend: INDUCTOR\n",
+      ":2: dynamo_config.dynamo_backend 'INDUCTOR'");
+  refused("ipex_config:\n  ipex: true\n", "ipex_config.ipex 'true'");
+  refused(
+      "megatron_lm_config:\n  megatron_lm_pp_degree: 4\n",
+      "megatron_lm_config.megatron_lm_pp_degree '4': Megatron-LM's");
+  refused(
+      "tp_config:\n  tp_size: 2\n",
+      "tp_config.tp_size '2': tensor parallelism is not implemented");
+  refused(
+      "tp_config:\n  tp_sizes: 1\n",
+      "unknown key tp_config.tp_sizes. Known keys: tp_size.");
+  refused("fsdp_config: [1, 2]\n", "fsdp_config must be a mapping");
+}
+
 TEST_F(ConfigFileTest, NegativeNumProcessesIsOutOfRange) {
   const std::string path = write("neg.yaml", "num_processes: -1\n");
   AMPKIT_EXPECT_THROWS_WITH(

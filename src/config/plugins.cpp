@@ -1,0 +1,162 @@
+// accelerate's other plugin sections (fsdp_config, dynamo_config,
+// ipex_config, megatron_lm_config, tp_config) checked as deepspeed_config
+// is: a mapping of the keys accelerate writes, where a setting that would
+// ask for something ampkit does not do is refused by name, never kept and
+// ignored. What accelerate writes for "not used" ({} or the off values)
+// loads as before.
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "config/parse.h"
+#include "utils/strings.h"
+
+namespace ampkit::config::detail {
+
+namespace {
+
+struct Plugin {
+  std::string name;
+  std::vector<std::string> keys;  // accelerate's (current and older) keys
+  // Whether `value` of `key` asks for nothing (accelerate's off value).
+  bool (*off)(const std::string& key, const std::string& value);
+  std::string why;  // why ampkit refuses a value that is not off
+};
+
+bool is_off_word(const std::string& value) {
+  const std::string v = ampkit::detail::lower(value);
+  return v.empty() || v == "no" || v == "none" || v == "false" || v == "off";
+}
+
+const std::vector<Plugin>& plugins() {
+  static const std::vector<Plugin> list = {
+      {"fsdp_config",
+       {"fsdp_activation_checkpointing",
+        "fsdp_auto_wrap_policy",
+        "fsdp_backward_prefetch",
+        "fsdp_backward_prefetch_policy",
+        "fsdp_cpu_ram_efficient_loading",
+        "fsdp_forward_prefetch",
+        "fsdp_min_num_params",
+        "fsdp_offload_params",
+        "fsdp_reshard_after_forward",
+        "fsdp_sharding_strategy",
+        "fsdp_state_dict_type",
+        "fsdp_sync_module_states",
+        "fsdp_transformer_layer_cls_to_wrap",
+        "fsdp_use_orig_params",
+        "fsdp_version"},
+       [](const std::string&, const std::string& value) {
+         return is_off_word(value);
+       },
+       "FSDP (sharded parameters) is not implemented by ampkit. Shard the "
+       "optimizer state and gradients with distributed_type: DEEPSPEED and "
+       "deepspeed_config.zero_stage 1 or 2, and leave fsdp_config empty "
+       "({})."},
+      {"dynamo_config",
+       {"dynamo_backend",
+        "dynamo_mode",
+        "dynamo_use_dynamic",
+        "dynamo_use_fullgraph",
+        "dynamo_use_regional_compilation"},
+       // Without a backend accelerate compiles nothing, whatever the rest
+       // says; so does ampkit.
+       [](const std::string& key, const std::string& value) {
+         return key != "dynamo_backend" || is_off_word(value);
+       },
+       "TorchDynamo compiles Python bytecode and a C++ program has none, so "
+       "ampkit runs the model as LibTorch executes it (eager, with fused "
+       "optimizers and autocast). Set dynamo_backend to 'NO' or remove it."},
+      {"ipex_config",
+       {"ipex", "use_xpu"},
+       [](const std::string&, const std::string& value) {
+         return is_off_word(value);
+       },
+       "Intel Extension for PyTorch and XPUs are Python-only; ampkit uses "
+       "LibTorch's own CPU kernels (oneDNN). Set it to false or remove "
+       "it."},
+      {"megatron_lm_config",
+       {"megatron_lm_gradient_clipping",
+        "megatron_lm_num_micro_batches",
+        "megatron_lm_pp_degree",
+        "megatron_lm_recompute_activations",
+        "megatron_lm_sequence_parallelism",
+        "megatron_lm_tp_degree",
+        "megatron_lm_use_distributed_optimizer"},
+       [](const std::string& key, const std::string& value) {
+         if (key == "megatron_lm_tp_degree" || key == "megatron_lm_pp_degree" ||
+             key == "megatron_lm_num_micro_batches") {
+           return value.empty() || value == "1";
+         }
+         return is_off_word(value);
+       },
+       "Megatron-LM's tensor and pipeline parallelism are not implemented "
+       "by ampkit; it trains data-parallel (DDP or ZeRO 1/2). Leave "
+       "megatron_lm_config empty ({})."},
+      {"tp_config",
+       {"tp_size"},
+       [](const std::string&, const std::string& value) {
+         return value.empty() || value == "1";
+       },
+       "tensor parallelism is not implemented by ampkit; it trains "
+       "data-parallel (DDP or ZeRO 1/2). Set tp_size to 1 or remove it."},
+  };
+  return list;
+}
+
+}  // namespace
+
+YAML::Node load_mapping(
+    const Entry& entry, const std::string& path, const std::string& what) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(entry.yaml);
+  } catch (const YAML::Exception& e) {
+    fail_at(entry, path, entry.key + " is not valid YAML: " + e.what());
+  }
+  if (!node.IsNull() && !node.IsMap()) {
+    fail_at(entry, path, entry.key + " must be a mapping of " + what + ".");
+  }
+  return node;
+}
+
+void fail_at(
+    const Entry& entry, const std::string& path, const std::string& message) {
+  const std::string where =
+      entry.line > 0 ? path + ":" + std::to_string(entry.line) : path;
+  throw ConfigError(path, entry.line, entry.key, false, where + ": " + message);
+}
+
+void check_plugin_config(const Entry& entry, const std::string& path) {
+  for (const Plugin& plugin : plugins()) {
+    if (plugin.name != entry.key) {
+      continue;
+    }
+    const YAML::Node node = load_mapping(entry, path, "accelerate settings");
+    if (node.IsNull()) {
+      return;
+    }
+    for (const auto& item : node) {
+      const std::string key = item.first.as<std::string>();
+      const YAML::Node& v = item.second;
+      const std::string value =
+          v.IsNull() ? "" : (v.IsScalar() ? v.Scalar() : "(a collection)");
+      if (!contains(plugin.keys, key)) {
+        fail_at(
+            entry,
+            path,
+            "unknown key " + plugin.name + "." + key + ". Known keys: " +
+                ampkit::detail::join(plugin.keys, ", ") + ".");
+      }
+      if (!plugin.off(key, value)) {
+        fail_at(
+            entry,
+            path,
+            plugin.name + "." + key + " '" + value + "': " + plugin.why);
+      }
+    }
+  }
+}
+
+}  // namespace ampkit::config::detail
