@@ -14,6 +14,7 @@
 
 #include "ampkit/error.h"
 #include "utils/components.h"
+#include "utils/write_failure.h"
 
 namespace ampkit::diag {
 
@@ -69,7 +70,14 @@ void Profiler::stop() {
   r.running = false;
   r.events = legacy::disableProfilerLegacy();
   if (!r.options.output_trace_dir().empty()) {
-    std::filesystem::create_directories(r.options.output_trace_dir());
+    std::error_code ec;
+    std::filesystem::create_directories(r.options.output_trace_dir(), ec);
+    if (ec) {
+      throw IoError(
+          component::kProfiler,
+          "cannot create output_trace_dir " + r.options.output_trace_dir() +
+              ": " + ampkit::detail::write_failure(ec.value()) + ".");
+    }
     const auto path = (std::filesystem::path(r.options.output_trace_dir()) /
                        r.options.trace_file())
                           .string();
@@ -80,12 +88,16 @@ void Profiler::stop() {
 
 void Profiler::export_chrome_trace(const std::string& path) {
   stop();
+  auto failed = [&path]() {
+    return IoError(
+        component::kProfiler,
+        "cannot write the trace " + path + ": " +
+            ampkit::detail::write_failure(errno != 0 ? errno : EIO) + ".");
+  };
+  errno = 0;
   std::ofstream out(path);
   if (!out) {
-    throw IoError(
-        component::kProfiler,
-        "cannot write the trace " + path +
-            ". Choose a writable output_trace_dir.");
+    throw failed();
   }
   std::vector<legacy::LegacyEvent*> all;
   for (auto& list : recording_->events) {
@@ -94,6 +106,10 @@ void Profiler::export_chrome_trace(const std::string& path) {
     }
   }
   legacy::writeProfilerEventsToStream(out, all);
+  out.flush();
+  if (!out) {
+    throw failed();
+  }
 }
 
 const std::string& Profiler::trace_path() const {

@@ -26,8 +26,10 @@ std::filesystem::path make_run_dir(
     throw IoError(
         component,
         "cannot create the run directory " + run_dir + ": " +
-            (ec ? ec.message() : "a file of that name exists") +
-            ". Choose another project_dir or remove the file.");
+            (ec ? ampkit::detail::write_failure(ec.value())
+                : "a file of that name exists; remove it or choose another "
+                  "project_dir") +
+            ".");
   }
   return run_dir;
 }
@@ -191,11 +193,13 @@ std::vector<std::string> parse_log_with(const std::string& log_with) {
 
 void write_run_config(const std::string& run_dir, const RunConfig& config) {
   const auto path = make_run_dir(run_dir) / kConfigFile;
+  errno = 0;
   std::ofstream out(path, std::ios::trunc);
   if (!out) {
     throw IoError(
         component::kTracker,
-        "cannot write " + path.string() + ". Choose another project_dir.");
+        "cannot write " + path.string() + ": " +
+            ampkit::detail::write_failure(errno != 0 ? errno : EIO) + ".");
   }
   out << nlohmann::json(config).dump(2) << '\n';
   check_written(out, path);

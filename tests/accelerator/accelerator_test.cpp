@@ -1505,6 +1505,12 @@ TEST_F(AcceleratorDirTest, ProfileCountsTheStepsOpsAndWritesAChromeTrace) {
   EXPECT_THAT(
       [&] { prof.key_averages("wall"); },
       ThrowsMessage<InvalidArgument>(HasSubstr("got 'wall'")));
+  // /dev/full takes the open and fails every write with ENOSPC, as a full
+  // disk does.
+  EXPECT_THAT(
+      [&] { prof.export_chrome_trace("/dev/full"); },
+      ThrowsMessage<IoError>(
+          HasSubstr("cannot write the trace /dev/full: the disk is full (")));
 }
 
 }  // namespace
