@@ -20,6 +20,7 @@ struct ProcessGroup::Impl {
   /// The device the group was made for (its GPU under NCCL).
   c10::Device device{c10::DeviceType::CPU};
   std::string rendezvous;
+  std::string network;  // where the group's traffic goes, and why
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::string rdzv_dir;

@@ -24,6 +24,7 @@
 #include "dist/compat.h"
 #include "dist/file_rendezvous.h"
 #include "dist/group_impl.h"
+#include "dist/route.h"
 #include "utils/components.h"
 #include "utils/strings.h"
 
@@ -80,6 +81,62 @@ std::string describe_shape(const std::vector<int64_t>& encoded) {
   return out.str();
 }
 
+// The host Gloo binds ("" for GLOO_SOCKET_IFNAME's interface), with the
+// start-up table's description in `network`. A group across machines binds
+// the local address the kernel routes toward MASTER_ADDR (never loopback),
+// and NCCL gets that interface unless NCCL_SOCKET_IFNAME says otherwise.
+std::string pick_network(
+    const DistEnv& env, const std::string& backend, std::string& network) {
+  if (env.single_node()) {
+    network = "127.0.0.1 (one machine: loopback only)";
+    return "127.0.0.1";
+  }
+  const char* named_env =
+      backend == "nccl" ? "NCCL_SOCKET_IFNAME" : "GLOO_SOCKET_IFNAME";
+  const char* named = std::getenv(named_env);
+  if (named != nullptr && *named != '\0') {
+    network = std::string("interface ") + named + " (" + named_env + ")";
+    return "";
+  }
+  std::string why;
+  const auto route = detail::route_toward(env.master_addr, why);
+  const std::string fix =
+      " Set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) to the "
+      "interface that reaches the other machines (`ip -brief address`).";
+  if (is_loopback(env.master_addr)) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "MASTER_ADDR " + env.master_addr +
+            " is a loopback address, but the group spans machines (" +
+            std::to_string(env.world_size) + " processes, " +
+            std::to_string(env.local_world_size) +
+            " here): pass --main_process_ip with an address of the main "
+            "machine that the others reach.");
+  }
+  if (!route) {
+    throw DistributedError(
+        component::kDistributed,
+        "no local address reaches MASTER_ADDR " + env.master_addr + ": " + why +
+            "." + fix);
+  }
+  if (route->loopback) {
+    throw DistributedError(
+        component::kDistributed,
+        "the route toward MASTER_ADDR " + env.master_addr +
+            " leaves through loopback (" + route->address +
+            "), which the other machines cannot reach." + fix);
+  }
+  const std::string iface =
+      route->interface.empty() ? "" : " on " + route->interface;
+  network = route->address + iface + " (the route toward MASTER_ADDR " +
+            env.master_addr + ")";
+  if (backend == "nccl" && !route->interface.empty()) {
+    // "=" asks NCCL for exactly this interface.
+    ::setenv("NCCL_SOCKET_IFNAME", ("=" + route->interface).c_str(), 0);
+  }
+  return route->address;
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(
@@ -129,6 +186,7 @@ ProcessGroup::ProcessGroup(
             " (c10d TCPStore) is unauthenticated and listens on every "
             "interface: make it reachable only by the cluster's machines "
             "(firewall, private network).");
+    const auto dialled = std::chrono::steady_clock::now();
     try {
       im.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     } catch (const std::exception& e) {
@@ -151,7 +209,11 @@ ProcessGroup::ProcessGroup(
           component::kDistributed,
           "rank " + std::to_string(rank) + " could not reach the rendezvous " +
               env.master_addr + ":" + std::to_string(env.master_port) +
-              " within " + seconds(options.timeout()) + ", got: " + e.what() +
+              " after " +
+              seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - dialled)) +
+              " (timeout " + seconds(options.timeout()) +
+              "), got: " + e.what() +
               ". Check MASTER_ADDR/MASTER_PORT, that rank 0 is running, and "
               "that the port is open between the machines.");
     }
@@ -159,27 +221,53 @@ ProcessGroup::ProcessGroup(
         "TCPStore " + env.master_addr + ":" + std::to_string(env.master_port);
   }
   im.store->setTimeout(options.timeout());
+  const std::string bind_host = pick_network(env, im.backend, im.network);
+  const auto started = std::chrono::steady_clock::now();
   try {
     if (im.backend == "nccl") {
       im.pg = detail::make_nccl_group(im.store, rank, size, options.timeout());
     } else {
       im.pg = detail::make_gloo_group(
-          im.store,
-          rank,
-          size,
-          options.timeout(),
-          env.single_node() ? "127.0.0.1" : "");
+          im.store, rank, size, options.timeout(), bind_host);
     }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    const std::string what = e.what();
+    // Gloo says "connect [ADDR]:PORT: ..." with the address the peer
+    // advertised through the store.
+    const auto at = what.find("connect [");
+    const std::string peer =
+        at == std::string::npos
+            ? ""
+            : what.substr(at + 9, what.find(']', at) - (at + 9));
+    std::string hint;
+    if (!peer.empty() && is_loopback(peer) && !env.single_node()) {
+      hint = "A peer advertised the loopback address " + peer +
+             ", which no other machine can reach: on that machine set "
+             "GLOO_SOCKET_IFNAME to the interface that reaches this one, "
+             "or leave it unset and MASTER_ADDR routable so ampkit finds it.";
+    } else if (!peer.empty()) {
+      hint = "A peer advertised " + peer +
+             " and this machine could not reach it: check that the machines "
+             "reach each other on that address (firewall, routes), or set "
+             "GLOO_SOCKET_IFNAME on that machine to an interface this one "
+             "can reach. This process used " +
+             im.network + ".";
+    } else {
+      hint =
+          "Every rank must use the same MASTER_ADDR, MASTER_PORT and "
+          "WORLD_SIZE; this process used " +
+          im.network + ".";
+    }
     throw DistributedError(
         component::kDistributed,
         "rank " + std::to_string(rank) + " could not connect the " +
             im.backend + " group of " + std::to_string(size) +
-            " processes within " + seconds(options.timeout()) + " (" +
-            im.rendezvous + "), got: " + e.what() +
-            ". Start every rank of WORLD_SIZE with the same MASTER_PORT.");
+            " processes after " + seconds(took) + " (" + im.rendezvous +
+            "), got: " + what + ". " + hint);
   }
   ProcessGroup* expected = nullptr;
   if (g_active.compare_exchange_strong(expected, this)) {
@@ -221,6 +309,9 @@ const std::string& ProcessGroup::backend() const {
 }
 const std::string& ProcessGroup::rendezvous() const {
   return impl_->rendezvous;
+}
+const std::string& ProcessGroup::network() const {
+  return impl_->network;
 }
 
 void ProcessGroup::report_failure(const std::string& message) noexcept {

@@ -26,6 +26,7 @@
 
 #include "ampkit/dist/process_group.h"
 #include "ampkit/error.h"
+#include "dist/route.h"
 #include "test_util.h"
 
 #ifndef AMPKIT_DIST_WORKER
@@ -405,18 +406,24 @@ TEST_F(DistTest, RendezvousDirectoryIsPrivateAndRemovedAfterTheRun) {
   EXPECT_EQ(
       perms & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
   // The run cleans up after itself: no marker, store or run directory left.
-  EXPECT_TRUE(fs::is_empty(dir_ / "rdzv"));
+  std::string left;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "rdzv")) {
+    left += " " + e.path().string();
+  }
+  EXPECT_EQ(left, "") << "left behind in the rendezvous directory";
 }
 
 // A rendezvous port another program holds: rank 0 says so at once and
 // names the flag for another port, instead of "could not reach the
 // rendezvous within 1800 s" after failing in seconds.
-TEST(DistRendezvousTest, APortInUseIsNamedWithTheFlagForAnotherPort) {
-  // An address of this machine that is not loopback: the TCPStore path.
-  std::string own;
+// An IPv4 address of this machine that is not loopback, with its
+// interface; empty when there is none.
+std::pair<std::string, std::string> own_address() {
+  std::pair<std::string, std::string> own;
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a != nullptr && own.empty(); a = a->ifa_next) {
+    for (ifaddrs* a = list; a != nullptr && own.first.empty();
+         a = a->ifa_next) {
       if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET &&
           (a->ifa_flags & IFF_LOOPBACK) == 0) {
         char text[INET_ADDRSTRLEN] = {};
@@ -425,11 +432,38 @@ TEST(DistRendezvousTest, APortInUseIsNamedWithTheFlagForAnotherPort) {
             &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr,
             text,
             sizeof(text));
-        own = text;
+        own = {text, a->ifa_name};
       }
     }
     ::freeifaddrs(list);
   }
+  return own;
+}
+
+// Across machines Gloo binds the local end of the route toward MASTER_ADDR
+// (found without sending a packet), never loopback.
+TEST(DistRendezvousTest, TheRouteTowardTheMasterNamesAddressAndInterface) {
+  std::string why;
+  const auto lo = ampkit::dist::detail::route_toward("127.0.0.1", why);
+  ASSERT_TRUE(lo.has_value()) << why;
+  EXPECT_TRUE(lo->loopback);
+  EXPECT_EQ(lo->address, "127.0.0.1");
+  const auto [own, iface] = own_address();
+  if (own.empty()) {
+    GTEST_SKIP() << "no IPv4 address besides loopback here";
+  }
+  const auto route = ampkit::dist::detail::route_toward(own, why);
+  ASSERT_TRUE(route.has_value()) << why;
+  EXPECT_FALSE(route->loopback);
+  EXPECT_EQ(route->address, own);
+  EXPECT_EQ(route->interface, iface);
+  EXPECT_FALSE(ampkit::dist::detail::route_toward("no-such-host.invalid", why));
+  EXPECT_THAT(why, testing::HasSubstr("cannot resolve no-such-host.invalid"));
+}
+
+TEST(DistRendezvousTest, APortInUseIsNamedWithTheFlagForAnotherPort) {
+  // An address of this machine that is not loopback: the TCPStore path.
+  const std::string own = own_address().first;
   if (own.empty()) {
     GTEST_SKIP() << "no IPv4 address besides loopback here";
   }

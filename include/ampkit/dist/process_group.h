@@ -75,6 +75,10 @@ class ProcessGroup {
   const std::string& backend() const;
   /// How the processes met: "FileStore <path>" or "TCPStore <addr>:<port>".
   const std::string& rendezvous() const;
+  /// The address or interface Gloo/NCCL use, and where it came from:
+  /// loopback on one machine, GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME when
+  /// set, else the local address the kernel routes toward MASTER_ADDR.
+  const std::string& network() const;
 
   void barrier();
   /// In place; mean divides the sum by size().
