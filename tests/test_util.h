@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,6 +16,19 @@
 
 // Expects `statement` to throw `exception_type` whose what() contains
 // `substring`; any other exception fails the test with its message.
+// A GPU test's guard: skips where LibTorch sees no CUDA device, and fails
+// instead when AMPKIT_REQUIRE_GPU=1 (scripts/gpu_check/run.sh sets it), so
+// a GPU machine whose GPU the C++ side cannot see reads as failed, not as
+// passed.
+#define AMPKIT_REQUIRE_CUDA()                                            \
+  if (!torch::cuda::is_available()) {                                    \
+    const char* required = std::getenv("AMPKIT_REQUIRE_GPU");            \
+    if (required != nullptr && std::string(required) == "1") {           \
+      FAIL() << "AMPKIT_REQUIRE_GPU=1 but LibTorch sees no CUDA device"; \
+    }                                                                    \
+    GTEST_SKIP() << "LibTorch sees no CUDA device";                      \
+  }
+
 #define AMPKIT_EXPECT_THROWS_WITH(statement, exception_type, substring)    \
   do {                                                                     \
     try {                                                                  \

@@ -2,6 +2,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <cstdio>
+
 #include "amp/cuda_capability.h"
 #include "ampkit/amp/capability.h"
 
@@ -17,6 +19,15 @@ std::vector<CudaDeviceCapability> cuda_capabilities() {
     cap.name = prop->name;
     cap.major = prop->major;
     cap.minor = prop->minor;
+    char bus_id[32];
+    std::snprintf(
+        bus_id,
+        sizeof(bus_id),
+        "%08X:%02X:%02X.0",
+        static_cast<unsigned>(prop->pciDomainID),
+        static_cast<unsigned>(prop->pciBusID),
+        static_cast<unsigned>(prop->pciDeviceID));
+    cap.pci_bus_id = bus_id;
     out.push_back(cap);
   }
   return out;
@@ -25,6 +36,9 @@ std::vector<CudaDeviceCapability> cuda_capabilities() {
 namespace detail {
 int current_cuda_device() {
   return c10::cuda::device_count() > 0 ? c10::cuda::current_device() : 0;
+}
+void set_current_cuda_device(int index) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 }
 }  // namespace detail
 

@@ -5,4 +5,7 @@
 namespace ampkit::detail {
 /// Index of the current CUDA device, 0 without CUDA.
 int current_cuda_device();
+/// Makes CUDA device `index` this thread's current device (nothing
+/// without CUDA).
+void set_current_cuda_device(int index);
 }  // namespace ampkit::detail

@@ -12,6 +12,7 @@ namespace detail {
 int current_cuda_device() {
   return 0;
 }
+void set_current_cuda_device(int /*index*/) {}
 }  // namespace detail
 
 }  // namespace ampkit

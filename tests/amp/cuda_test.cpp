@@ -18,11 +18,6 @@
 namespace ampkit {
 namespace {
 
-#define AMPKIT_REQUIRE_CUDA()                       \
-  if (!torch::cuda::is_available()) {               \
-    GTEST_SKIP() << "LibTorch sees no CUDA device"; \
-  }
-
 TEST(CudaTest, KernelUpdateMatchesGoldenTrajectories) {
   AMPKIT_REQUIRE_CUDA();
   for (const auto& golden : golden::kScaleTrajectories) {

@@ -14,9 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(HintsGpuTest, DeviceMismatchSaysToMoveInputsToTheAcceleratorDevice) {
-  if (!torch::cuda::is_available()) {
-    GTEST_SKIP() << "needs a CUDA GPU";
-  }
+  AMPKIT_REQUIRE_CUDA();
   const auto gpu = torch::ones({2, 2}, torch::Device(torch::kCUDA, 0));
   const auto cpu = torch::ones({2, 2});
   try {
