@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "accelerator/state.h"
+#include "amp/cuda_capability.h"
 #include "ampkit/dist/env.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
@@ -42,9 +43,27 @@ void AcceleratorState::update_scaler() {
   }
 }
 
-void AcceleratorState::after_optimizer_step(bool skipped) {
+int64_t AcceleratorState::skipped_step_count() {
+  if (skipped_pending.defined()) {
+    skipped_steps += static_cast<int64_t>(skipped_pending.item<double>());
+    skipped_pending = torch::Tensor();
+  }
+  return skipped_steps;
+}
+
+void AcceleratorState::after_optimizer_step(
+    const PreparedOptimizerEntry& entry) {
   ++optimizer_steps;
-  skipped_steps += skipped ? 1 : 0;
+  if (entry.skipped_known) {
+    skipped_steps += *entry.skipped_known ? 1 : 0;
+  } else {
+    // Counted on the device: no host read in the step.
+    skipped_pending = skipped_pending.defined()
+                          ? skipped_pending + entry.found_inf.to(
+                                                  skipped_pending.device(),
+                                                  /*non_blocking=*/true)
+                          : entry.found_inf.clone();
+  }
   if (!options.auto_log || trackers.empty() ||
       optimizer_steps % options.log_every_n_steps != 0) {
     return;
@@ -60,7 +79,7 @@ void AcceleratorState::after_optimizer_step(bool skipped) {
   if (scaler) {
     m[track::kLossScale] = scaler->get_scale();
   }
-  m[track::kSkippedSteps] = double(skipped_steps);
+  m[track::kSkippedSteps] = double(skipped_step_count());
   if (last_grad_norm.defined()) {
     m[track::kGradNorm] = last_grad_norm.item<double>();
   }
@@ -75,7 +94,7 @@ void AcceleratorState::after_optimizer_step(bool skipped) {
     m[track::kMemoryRssMb] = *rss;
   }
   if (options.device.is_cuda()) {
-    if (auto gpu = track::gpu_stats(options.device.index())) {
+    if (auto gpu = track::gpu_stats(options.gpu_pci_bus_id)) {
       m[track::kGpuMemoryMb] = gpu->memory_used_mb;
       m[track::kGpuUtilization] = gpu->utilization_percent;
     }
@@ -249,6 +268,12 @@ Accelerator::Accelerator(AcceleratorOptions options)
   auto& st = *state_;
   st.options = resolve_options(options);
   const ResolvedAcceleratorOptions& r = st.options;
+  if (r.device.is_cuda()) {
+    // One GPU per process: before any CUDA tensor, stream or process group,
+    // so bare kCUDA tensors, NCCL and the autocast cache use this rank's
+    // GPU, and no process makes a context on GPU 0 it does not use.
+    detail::set_current_cuda_device(r.device.index());
+  }
   set_warning_rank(r.dist.rank, r.dist.world_size);
   st.options.rows.push_back(
       r.tune_malloc
@@ -289,6 +314,8 @@ Accelerator::Accelerator(AcceleratorOptions options)
         r.dist,
         dist::GroupOptions().timeout(r.timeout).debug(r.debug),
         r.device);
+    st.options.rows.push_back(
+        {"network", st.group->network(), "process group"});
   }
   if (r.seed) {
     set_seed(*r.seed);
@@ -338,6 +365,10 @@ Accelerator::~Accelerator() {
 
 int64_t Accelerator::optimizer_steps() const {
   return state_->optimizer_steps;
+}
+
+int64_t Accelerator::skipped_optimizer_steps() const {
+  return state_->skipped_step_count();
 }
 
 const ResolvedAcceleratorOptions& Accelerator::options() const {
@@ -629,6 +660,7 @@ void Accelerator::free_memory() {
   st.split_batches = false;
   st.optimizer_steps = 0;
   st.skipped_steps = 0;
+  st.skipped_pending = torch::Tensor();
   st.micro_step = 0;
   st.sync_gradients = true;
   st.end_of_dataloader = false;
@@ -695,7 +727,7 @@ bool Accelerator::end_of_dataloader() const {
 
 bool Accelerator::optimizer_step_was_skipped() const {
   for (const auto& entry : state_->optimizers) {
-    if (entry.skipped) {
+    if (entry.skipped()) {
       return true;
     }
   }

@@ -392,7 +392,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     }
     nlohmann::ordered_json state;
     state["optimizer_steps"] = st.optimizer_steps;
-    state["skipped_steps"] = st.skipped_steps;
+    state["skipped_steps"] = st.skipped_step_count();
     state["micro_step"] = st.micro_step;
     state["num_processes"] = st.num_processes;
     state["mixed_precision"] = to_string(st.options.mixed_precision);
@@ -604,6 +604,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   set_rng_state(rng);
   st.optimizer_steps = counters["optimizer_steps"].get<int64_t>();
   st.skipped_steps = counters["skipped_steps"].get<int64_t>();
+  st.skipped_pending = torch::Tensor();
   st.micro_step = counters["micro_step"].get<int64_t>();
   st.scaler_update_pending = false;
   // Resuming checkpoint_N: the next automatic save is checkpoint_N+1.

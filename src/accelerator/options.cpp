@@ -324,6 +324,13 @@ ResolvedAcceleratorOptions resolve_options(
         c10::DeviceType::CUDA,
         static_cast<c10::DeviceIndex>(r.dist.local_rank));
   }
+  if (r.device.is_cuda()) {
+    for (const auto& d : caps.cuda_devices) {
+      if (d.index == r.device.index()) {
+        r.gpu_pci_bus_id = d.pci_bus_id;
+      }
+    }
+  }
   if (r.timeout.count() <= 0) {
     throw InvalidArgument(
         component::kAccelerator,

@@ -121,15 +121,20 @@ void PreparedOptimizer::step_optimizer() {
     }
   }
   const detail::FusedStep fused = fused_step_now(entry.fused, *optimizer_);
+  if (fused == detail::FusedStep::none &&
+      entry.fused == detail::FusedStep::aten) {
+    // Falling back to the optimizer's own step: its step() counts first.
+    optim::sync_fused_step_counts(*optimizer_);
+  }
   if (!st.scaler) {
     if (fused == detail::FusedStep::none) {
       optimizer_->step();
     } else {
       run_fused_step(fused, *optimizer_, {}, {});
     }
-    entry.skipped = false;
+    entry.skipped_known = false;
     if (index_ == 0) {
-      st.after_optimizer_step(false);
+      st.after_optimizer_step(entry);
     }
     return;
   }
@@ -143,10 +148,14 @@ void PreparedOptimizer::step_optimizer() {
         [&](const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
           run_fused_step(fused, *optimizer_, grad_scale, found_inf);
         });
-    // Both steps read it already (step counts): no further sync.
-    entry.skipped = found_inf.item<float>() != 0.0f;
+    // Read only if someone asks (optimizer_step_was_skipped, the
+    // scheduler's skip rule, a log line): no host sync in the step.
+    entry.found_inf = found_inf;
+    entry.skipped_known.reset();
   } else {
-    entry.skipped = !st.scaler->step(*optimizer_).has_value();
+    // GradScaler::step reads found_inf to decide whether to call
+    // optimizer.step(), as torch.amp's does.
+    entry.skipped_known = !st.scaler->step(*optimizer_).has_value();
   }
   entry.stepped = true;
   st.scaler_update_pending = true;
@@ -158,7 +167,7 @@ void PreparedOptimizer::step_optimizer() {
     st.update_scaler();
   }
   if (index_ == 0) {
-    st.after_optimizer_step(entry.skipped);
+    st.after_optimizer_step(entry);
   }
 }
 
@@ -197,7 +206,7 @@ int64_t PreparedOptimizer::gradient_bytes() const {
 }
 
 bool PreparedOptimizer::step_was_skipped() const {
-  return entry().skipped;
+  return entry().skipped();
 }
 
 bool PreparedScheduler::should_step() const {
@@ -209,7 +218,7 @@ bool PreparedScheduler::should_step() const {
     return false;
   }
   for (const auto& entry : st.optimizers) {
-    if (entry.skipped) {
+    if (entry.skipped()) {  // with loss scaling on CUDA: the step's one read
       return false;
     }
   }

@@ -37,7 +37,16 @@ struct PreparedOptimizerEntry {
   torch::optim::Optimizer* optimizer = nullptr;
   bool stepped = false;   // stepped since the last scale update
   bool unscaled = false;  // unscale_ ran since the last scale update
-  bool skipped = false;   // the last step that ran was skipped
+  // Whether the last step that ran was skipped: known, or found_inf on the
+  // device, read by the host only when someone asks (skipped()).
+  torch::Tensor found_inf;
+  mutable std::optional<bool> skipped_known = false;
+  bool skipped() const {
+    if (!skipped_known) {
+      skipped_known = found_inf.item<float>() != 0.0f;
+    }
+    return *skipped_known;
+  }
   FusedStep fused = FusedStep::none;
   // zero_stage 1 or 2: the optimizer steps this process's shard.
   std::shared_ptr<optim::ShardedOptimizer> sharded;
@@ -71,7 +80,11 @@ struct AcceleratorState {
   std::vector<std::shared_ptr<track::Tracker>> trackers;
   std::string run_dir;
   int64_t optimizer_steps = 0;
+  // Skipped steps counted so far, and the found_inf flags of later steps
+  // summed on the device (read when logged or saved: skipped_step_count).
   int64_t skipped_steps = 0;
+  torch::Tensor skipped_pending;
+  int64_t skipped_step_count();
   torch::Tensor loss_sum;  // micro-step losses since the last automatic log
   int64_t loss_count = 0;
   torch::Tensor last_grad_norm;
@@ -80,7 +93,7 @@ struct AcceleratorState {
 
   /// After each step of the first prepared optimizer: counts it and, with
   /// auto_log, logs every log_every_n_steps.
-  void after_optimizer_step(bool skipped);
+  void after_optimizer_step(const PreparedOptimizerEntry& entry);
 
   // detect_anomaly: parameter names by module path, in registration order.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters;

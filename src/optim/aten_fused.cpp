@@ -23,6 +23,8 @@
 
 #include "optim/compat.h"  // AMPKIT_HAS_ATEN_FUSED_OPTIM
 #if AMPKIT_HAS_ATEN_FUSED_OPTIM
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_sub.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
@@ -101,6 +103,88 @@ bool skipped_by(const at::Tensor& found_inf) {
   return found_inf.defined() && found_inf.item<float>() != 0.0f;
 }
 
+// Adam's/AdamW's param state with its step count also on the parameter's
+// device, as Python's fused path keeps it: the kernel reads it there and
+// found_inf takes a skipped step back there, so a step needs no host read.
+// LibTorch's int64 step() is the count the host saw last; it is brought up
+// to date (one read) when the state is saved, cloned or synced by
+// sync_fused_step_counts, and on the CPU after every step (no device to
+// wait for). A step() changed on the host since is taken as the new count.
+template <typename State>
+class DeviceStepState : public State {
+ public:
+  DeviceStepState(const State& state, const c10::Device& device)
+      : State(state) {
+    reset(device);
+  }
+
+  // The step tensor for this step's kernel; re-made from the host count
+  // when that was changed (loaded, set by hand) or the device moved.
+  at::Tensor& device_step(const c10::Device& device) {
+    if (State::step() != host_seen_ || step_.device() != device) {
+      reset(device);
+    }
+    return step_;
+  }
+
+  // After the kernels ran: the host count is stale until the next sync.
+  void stepped() {
+    host_stale_ = true;
+    if (step_.device().is_cpu()) {
+      sync();
+    }
+  }
+
+  void sync() const {
+    if (!host_stale_) {
+      return;
+    }
+    auto& self = const_cast<DeviceStepState&>(*this);
+    self.State::step(static_cast<int64_t>(step_.item<double>()));
+    self.host_seen_ = State::step();
+    self.host_stale_ = false;
+  }
+
+  void serialize(torch::serialize::OutputArchive& archive) const override {
+    sync();
+    State::serialize(archive);
+  }
+
+  std::unique_ptr<torch::optim::OptimizerParamState> clone() const override {
+    sync();
+    return std::make_unique<State>(static_cast<const State&>(*this));
+  }
+
+ private:
+  void reset(const c10::Device& device) {
+    step_ = at::full(
+        {},
+        static_cast<double>(State::step()),
+        at::TensorOptions().dtype(at::kFloat).device(device));
+    host_seen_ = State::step();
+    host_stale_ = false;
+  }
+
+  at::Tensor step_;
+  int64_t host_seen_ = 0;
+  bool host_stale_ = false;
+};
+
+// The DeviceStepState of `slot` (made from LibTorch's state on first use).
+template <typename State>
+DeviceStepState<State>& device_step_state(
+    std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+    const c10::Device& device) {
+  if (auto* ours = dynamic_cast<DeviceStepState<State>*>(slot.get())) {
+    return *ours;
+  }
+  auto made = std::make_unique<DeviceStepState<State>>(
+      static_cast<const State&>(*slot), device);
+  auto& ref = *made;
+  slot = std::move(made);
+  return ref;
+}
+
 template <typename Options, typename State>
 void step_adam(
     torch::optim::Optimizer& optimizer,
@@ -109,7 +193,7 @@ void step_adam(
     const at::Tensor& found_inf) {
   auto& state_map = optimizer.state();
   std::map<std::string, at::Tensor> scales, infs;
-  std::vector<int64_t*> step_counts;  // Adam's int64 steps, per parameter
+  std::vector<DeviceStepState<State>*> stepped;
   for (auto& param_group : optimizer.param_groups()) {
     const auto& options = static_cast<const Options&>(param_group.options());
     std::map<GroupKey, Group> groups;
@@ -131,7 +215,7 @@ void step_adam(
         }
         found = state_map.emplace(std::move(key), std::move(state)).first;
       }
-      auto& state = static_cast<State&>(*found->second);
+      auto& state = device_step_state<State>(found->second, p.device());
       if (options.amsgrad() && !state.max_exp_avg_sq().defined()) {
         state.max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
       }
@@ -143,13 +227,8 @@ void step_adam(
       if (options.amsgrad()) {
         g.max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
       }
-      // The kernel reads the step the update is for (Python increments its
-      // step tensors before the call).
-      g.steps.push_back(at::full(
-          {},
-          static_cast<double>(state.step() + 1),
-          at::TensorOptions().dtype(at::kFloat).device(p.device())));
-      step_counts.push_back(&state.step());
+      g.steps.push_back(state.device_step(p.device()));
+      stepped.push_back(&state);
     }
     const double lr = options.lr();
     const double beta1 = std::get<0>(options.betas());
@@ -162,6 +241,9 @@ void step_adam(
       const auto inf = found_inf.defined()
                            ? maybe(on_device(infs, found_inf, device))
                            : std::nullopt;
+      // The kernel reads the step the update is for: Python increments its
+      // step tensors before the call and takes a skipped step back after.
+      at::_foreach_add_(g.steps, 1);
       // Adam and AdamW's kernels take the same arguments.
       auto adam = [&](auto kernel) {
         kernel(
@@ -186,13 +268,22 @@ void step_adam(
       } else {
         adam([](auto&&... args) { at::_fused_adam_(args...); });
       }
+      if (inf) {
+        at::_foreach_sub_(
+            g.steps, std::vector<at::Tensor>(g.steps.size(), *inf));
+      }
     }
   }
-  // The int64 step counts advance unless the kernels skipped the step; read
-  // after every kernel is queued.
-  if (!skipped_by(found_inf)) {
-    for (int64_t* count : step_counts) {
-      ++*count;
+  for (auto* state : stepped) {
+    state->stepped();
+  }
+}
+
+template <typename State>
+void sync_steps(torch::optim::Optimizer& optimizer) {
+  for (auto& [key, state] : optimizer.state()) {
+    if (auto* ours = dynamic_cast<const DeviceStepState<State>*>(state.get())) {
+      ours->sync();
     }
   }
 }
@@ -336,6 +427,24 @@ std::optional<std::string> aten_fused_step_unsupported_reason(
     *reason = std::string(component::kAtenFusedStep) + ": " + *reason;
   }
   return reason;
+}
+
+void sync_fused_step_counts(torch::optim::Optimizer& optimizer) {
+#if AMPKIT_HAS_ATEN_FUSED_OPTIM
+  switch (kind_of(optimizer)) {
+    case Kind::adam:
+      sync_steps<torch::optim::AdamParamState>(optimizer);
+      break;
+    case Kind::adamw:
+      sync_steps<torch::optim::AdamWParamState>(optimizer);
+      break;
+    case Kind::sgd:
+    case Kind::other:
+      break;
+  }
+#else
+  (void)optimizer;
+#endif
 }
 
 void aten_fused_step(

@@ -41,7 +41,7 @@ struct NvmlUtilization {
 };
 
 struct Nvml {
-  NvmlReturn (*device_by_index)(unsigned int, NvmlDevice*) = nullptr;
+  NvmlReturn (*device_by_bus_id)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*memory_info)(NvmlDevice, NvmlMemory*) = nullptr;
   NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
   bool ready = false;
@@ -57,15 +57,15 @@ const Nvml& nvml() {
     }
     auto init =
         reinterpret_cast<NvmlReturn (*)()>(dlsym(handle, "nvmlInit_v2"));
-    lib.device_by_index =
-        reinterpret_cast<NvmlReturn (*)(unsigned, NvmlDevice*)>(
-            dlsym(handle, "nvmlDeviceGetHandleByIndex_v2"));
+    lib.device_by_bus_id =
+        reinterpret_cast<NvmlReturn (*)(const char*, NvmlDevice*)>(
+            dlsym(handle, "nvmlDeviceGetHandleByPciBusId_v2"));
     lib.memory_info = reinterpret_cast<NvmlReturn (*)(NvmlDevice, NvmlMemory*)>(
         dlsym(handle, "nvmlDeviceGetMemoryInfo"));
     lib.utilization =
         reinterpret_cast<NvmlReturn (*)(NvmlDevice, NvmlUtilization*)>(
             dlsym(handle, "nvmlDeviceGetUtilizationRates"));
-    lib.ready = init != nullptr && lib.device_by_index != nullptr &&
+    lib.ready = init != nullptr && lib.device_by_bus_id != nullptr &&
                 lib.memory_info != nullptr && lib.utilization != nullptr &&
                 init() == 0;
   });
@@ -74,15 +74,15 @@ const Nvml& nvml() {
 
 }  // namespace
 
-std::optional<GpuStats> gpu_stats(int index) {
+std::optional<GpuStats> gpu_stats(const std::string& pci_bus_id) {
   const Nvml& lib = nvml();
-  if (!lib.ready || index < 0) {
+  if (!lib.ready || pci_bus_id.empty()) {
     return std::nullopt;
   }
   NvmlDevice device = nullptr;
   NvmlMemory memory{};
   NvmlUtilization utilization{};
-  if (lib.device_by_index(static_cast<unsigned>(index), &device) != 0 ||
+  if (lib.device_by_bus_id(pci_bus_id.c_str(), &device) != 0 ||
       lib.memory_info(device, &memory) != 0 ||
       lib.utilization(device, &utilization) != 0) {
     return std::nullopt;

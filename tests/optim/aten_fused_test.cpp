@@ -311,6 +311,49 @@ TEST(AtenFusedStepTest, FusedAndPlainStepsShareLibTorchsState) {
   }
 }
 
+// Adam's step counts live on the parameter's device between fused steps
+// (no host read per step on CUDA); LibTorch's step() still says the count,
+// a count set by hand is taken as the new one, a skipped step takes the
+// count back, and clone() hands out LibTorch's own state type.
+TEST(AtenFusedStepTest, StepCountsOnTheDeviceFollowTheHostsCount) {
+  SKIP_WITHOUT_ATEN_FUSED_KERNELS();
+  auto p = torch::ones({4}, torch::requires_grad());
+  auto q = torch::ones({4}, torch::requires_grad());
+  torch::optim::AdamW fused({p}, 0.1);
+  torch::optim::AdamW plain({q}, 0.1);
+  auto state_of = [](torch::optim::Optimizer& opt,
+                     const torch::Tensor& t) -> torch::optim::AdamWParamState& {
+    return static_cast<torch::optim::AdamWParamState&>(
+        *opt.state().at(detail::state_key(t)));
+  };
+  auto grads = [&](float v) {
+    p.mutable_grad() = torch::full({4}, v);
+    q.mutable_grad() = torch::full({4}, v);
+  };
+  for (int i = 0; i < 2; ++i) {
+    grads(1.0f + i);
+    aten_fused_step(fused);
+    plain.step();
+  }
+  EXPECT_EQ(state_of(fused, p).step(), 2);
+  grads(5.0f);
+  aten_fused_step(fused, {}, torch::ones({}));  // skipped
+  EXPECT_EQ(state_of(fused, p).step(), 2);
+  // A count set by hand (as a loaded checkpoint would) drives the next
+  // kernel's bias correction: step 10 on both sides.
+  state_of(fused, p).step(9);
+  state_of(plain, q).step(9);
+  grads(3.0f);
+  aten_fused_step(fused);
+  plain.step();
+  EXPECT_EQ(state_of(fused, p).step(), 10);
+  EXPECT_LE(max_relative_difference(p, q), kMaxRelDiff);
+  sync_fused_step_counts(fused);
+  const auto copy = fused.state().at(detail::state_key(p))->clone();
+  EXPECT_EQ(typeid(*copy), typeid(torch::optim::AdamWParamState));
+  EXPECT_EQ(static_cast<torch::optim::AdamWParamState&>(*copy).step(), 10);
+}
+
 TEST(AtenFusedStepTest, UnsupportedOptimizersAndTensorsAreNamed) {
   auto p = torch::ones({2, 2}, torch::requires_grad());
   p.mutable_grad() = torch::ones({2, 2});

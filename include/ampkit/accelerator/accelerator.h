@@ -233,7 +233,9 @@ class Accelerator {
   /// no-op without loss scaling.
   void unscale_gradients();
   /// Whether the last optimizer step that ran was skipped because the
-  /// GradScaler found inf/NaN gradients.
+  /// GradScaler found inf/NaN gradients. With ATen's fused step the flag
+  /// stays on the device until asked: on CUDA this call waits for the step
+  /// (a host sync), so ask when you need it, not every step.
   bool optimizer_step_was_skipped() const;
   /// The GradScaler when loss scaling is on, else nullptr.
   GradScaler* scaler();
@@ -267,6 +269,10 @@ class Accelerator {
   const std::string& run_dir() const;
   /// Optimizer steps taken (synchronising steps, skipped ones included).
   int64_t optimizer_steps() const;
+  /// Of those, the steps loss scaling skipped. Counted on the device; the
+  /// call reads the count (one host sync on CUDA): call it when logging or
+  /// at the end, not every step.
+  int64_t skipped_optimizer_steps() const;
 
   /// accelerate's save_state: writes a checkpoint that load_state resumes
   /// exactly: every prepared model (model.safetensors, model_1...),

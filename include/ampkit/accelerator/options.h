@@ -108,6 +108,15 @@ constexpr const char* kEnvAccelerateGradientClipping =
      Left alone when the environment sets MALLOC_*_ or glibc.malloc           \
      tunables; false keeps the process's own settings. */                     \
   _(bool, tune_malloc, true)                                                  \
+  /* Prepared data loaders on a CUDA device copy each batch with              \
+     non_blocking (accelerate's DataLoaderConfiguration.non_blocking), one    \
+     batch ahead on a side stream, so the copy overlaps the step. Needs       \
+     pin_memory. No effect on the CPU. On by default (accelerate: off). */    \
+  _(bool, non_blocking, true)                                                 \
+  /* Prepared data loaders on a CUDA device put each batch into pinned        \
+     (page-locked) host memory before the copy (torch's DataLoader            \
+     pin_memory), which lets the copy run asynchronously. On by default. */   \
+  _(bool, pin_memory, true)                                                   \
   /* No start-up table or choice lines on stderr (warnings still print). */   \
   _(bool, quiet, false)                                                       \
   /* Distributed runs (several processes started by ampkit launch, torchrun,  \
@@ -263,6 +272,10 @@ struct ResolvedAcceleratorOptions {
   AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS(AMPKIT_RESOLVED_OPTION)
 #undef AMPKIT_RESOLVED_OPTION
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  /// The PCI bus id of `device` when it is a GPU ("" otherwise), which NVML
+  /// looks the GPU up by: CUDA's indices change with CUDA_VISIBLE_DEVICES,
+  /// NVML's do not.
+  std::string gpu_pci_bus_id;
   /// What "auto" became and why; empty unless auto was asked for.
   std::string auto_precision_reason;
   /// auto with more than one candidate (a CPU with native bf16): they are

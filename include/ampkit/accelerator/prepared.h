@@ -56,6 +56,26 @@ void set_gather_remainder(AcceleratorState& state, int64_t remainder);
 /// Counts the samples of a batch for the samples/s the Accelerator logs.
 void note_batch(AcceleratorState& state, int64_t samples);
 c10::Device device(const AcceleratorState& state);
+/// Copies batches to a CUDA device ahead of use: each tensor goes to pinned
+/// host memory, then to the device with non_blocking on a side stream; the
+/// compute stream waits for the batch (an event) when it is handed out, and
+/// the tensors are marked as used there (record_stream).
+class DevicePrefetch {
+ public:
+  virtual ~DevicePrefetch() = default;
+  /// Queues the copy of `t`; returns the device tensor (not ready yet).
+  virtual torch::Tensor copy(const torch::Tensor& t) = 0;
+  /// After a batch's copies: marks where the batch is complete.
+  virtual void batch_queued() = 0;
+  /// The current stream waits for the last queued batch.
+  virtual void wait() = 0;
+  /// `t` (of the batch waited for) is used on the current stream.
+  virtual void hand_over(const torch::Tensor& t) = 0;
+};
+/// A DevicePrefetch for a prepared loader of `state`, or nullptr where
+/// batches are copied as they are handed out (the CPU, or non_blocking or
+/// pin_memory off).
+std::unique_ptr<DevicePrefetch> make_prefetch(const AcceleratorState& state);
 /// Where the training loop is in a loader built by prepare_data_loader:
 /// the batches handed out in the current epoch (the sampler runs ahead by
 /// what the loader prefetched). save_state stores this position.
@@ -294,25 +314,32 @@ class PreparedDataLoader {
         // A resumed epoch starts at its saved position.
         owner_->position_->consumed = owner_->position_->sampler.pending_skip();
       }
+      prefetch_ = detail::make_prefetch(*owner_->state_);
       it_.emplace(owner_->loader_->begin());
       end_.emplace(owner_->loader_->end());
       detail::set_end_of_dataloader(*owner_->state_, false);
       advance();
     }
+    // Hands out the batch staged last (copied one batch ahead with a
+    // DevicePrefetch, else copied now) and stages the next one.
     void advance() {
-      if (*it_ == *end_) {
-        current_.reset();
-        detail::set_end_of_dataloader(*owner_->state_, false);
-        return;
+      if (!staged_) {
+        if (*it_ == *end_) {
+          current_.reset();
+          detail::set_end_of_dataloader(*owner_->state_, false);
+          return;
+        }
+        stage();
       }
-      current_.emplace(
-          send_to_device(std::move(**it_), detail::device(*owner_->state_)));
+      current_ = take();
       detail::note_batch(*owner_->state_, find_batch_size(*current_));
       if (owner_->position_) {
         ++owner_->position_->consumed;
       }
-      ++*it_;
       const bool end = *it_ == *end_;
+      if (!end && prefetch_) {
+        stage();
+      }
       detail::set_end_of_dataloader(*owner_->state_, end);
       detail::set_gather_remainder(
           *owner_->state_,
@@ -320,11 +347,43 @@ class PreparedDataLoader {
               ? static_cast<int64_t>(owner_->sampler_->remainder())
               : 0);
     }
+    void stage() {
+      if (prefetch_) {
+        staged_.emplace(recursively_apply(
+            [this](torch::Tensor t) {
+              return t.defined() ? prefetch_->copy(t) : t;
+            },
+            std::move(**it_)));
+        prefetch_->batch_queued();
+      } else {
+        staged_.emplace(
+            send_to_device(std::move(**it_), detail::device(*owner_->state_)));
+      }
+      ++*it_;
+    }
+    Batch take() {
+      Batch batch = std::move(*staged_);
+      staged_.reset();
+      if (prefetch_) {
+        prefetch_->wait();
+        batch = recursively_apply(
+            [this](torch::Tensor t) {
+              if (t.defined()) {
+                prefetch_->hand_over(t);
+              }
+              return t;
+            },
+            std::move(batch));
+      }
+      return batch;
+    }
 
     PreparedDataLoader* owner_ = nullptr;
     std::optional<BaseIterator> it_;
     std::optional<BaseIterator> end_;
     std::optional<Batch> current_;
+    std::optional<Batch> staged_;  // the next batch, on its way
+    std::shared_ptr<detail::DevicePrefetch> prefetch_;
   };
 
   PreparedDataLoader(

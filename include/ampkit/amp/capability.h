@@ -44,6 +44,8 @@ struct CudaDeviceCapability {
   std::string name;
   int major = 0;  ///< compute capability major (8 for A100, 9 for H100)
   int minor = 0;
+  /// "DDDDDDDD:BB:DD.0" as NVML takes it (nvmlDeviceGetHandleByPciBusId).
+  std::string pci_bus_id;
 
   /// fp16 tensor cores: compute capability >= 7.0 (Volta).
   bool fp16_tensor_cores() const {

@@ -30,8 +30,12 @@ std::optional<std::string> aten_fused_step_unsupported_reason(
 /// multiplied by it (a GradScaler's scale before unscale_); the kernel
 /// divides them by it as it reads them and stores the unscaled values.
 /// `found_inf` (0-dim float32, optional): where it is 1 the kernel changes
-/// nothing (parameters, state and step counts stay); on a CUDA device that
-/// costs one read of it by the host, for the step counts.
+/// nothing (parameters, state and step counts stay). Adam's and AdamW's
+/// step counts live on the parameters' device as Python's fused path keeps
+/// them, so a step on CUDA needs no read by the host (SGD with momentum
+/// reads found_inf once, on the step that creates its buffers). Their
+/// LibTorch step() is brought up to date when the state is saved or
+/// cloned, by sync_fused_step_counts, and on the CPU after every step.
 /// Use GradScaler::step_supporting_amp_scaling to get both.
 /// Throws ampkit::Unsupported with aten_fused_step_unsupported_reason's
 /// text when it cannot run.
@@ -39,5 +43,11 @@ void aten_fused_step(
     torch::optim::Optimizer& optimizer,
     const torch::Tensor& grad_scale = {},
     const torch::Tensor& found_inf = {});
+
+/// Brings the int64 step() of `optimizer`'s Adam/AdamW param states up to
+/// the counts aten_fused_step keeps on the device (one read per state that
+/// stepped on CUDA since); needed before reading step() by hand or calling
+/// the optimizer's own step() after fused steps on CUDA. Saving does it.
+void sync_fused_step_counts(torch::optim::Optimizer& optimizer);
 
 }  // namespace ampkit::optim

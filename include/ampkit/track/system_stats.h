@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 namespace ampkit::track {
 
@@ -15,9 +16,11 @@ struct GpuStats {
   double utilization_percent = 0;
 };
 
-/// Memory used and utilisation of GPU `index` through NVML
+/// Memory used and utilisation of the GPU at PCI bus id `pci_bus_id`
+/// ("00000000:3B:00.0", CudaDeviceCapability::pci_bus_id) through NVML
 /// (libnvidia-ml.so.1, opened once with dlopen); empty without a driver or
-/// such a GPU.
-std::optional<GpuStats> gpu_stats(int index);
+/// such a GPU. By bus id, not index: CUDA renumbers the GPUs that
+/// CUDA_VISIBLE_DEVICES leaves visible, NVML does not.
+std::optional<GpuStats> gpu_stats(const std::string& pci_bus_id);
 
 }  // namespace ampkit::track
