@@ -92,7 +92,12 @@ def main():
     ap.add_argument("--untimed-steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--no-accelerate", action="store_true")
+    ap.add_argument("--tf32", default="default", choices=["on", "off", "default"],
+                    help="fp32 matmuls and convolutions on TF32 tensor cores (as examples/gpt --tf32)")
     args = ap.parse_args()
+    if args.tf32 != "default":
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
 
     text = open(args.data_file, "rb").read()
     alphabet = sorted(set(text))

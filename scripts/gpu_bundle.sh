@@ -30,21 +30,21 @@ done
 strip -o "$dir/lib/libampkit.so" "$(readlink -f "$build/src/libampkit.so")"
 (cd "$dir/lib" && soname="$(objdump -p libampkit.so | awk '/SONAME/{print $2}')" &&
   if [ -n "$soname" ] && [ "$soname" != libampkit.so ]; then ln -sf libampkit.so "$soname"; fi)
-# ampkit's own dependencies that are neither LibTorch/CUDA (the GPU
-# machine's Python torch has those) nor glibc.
+# ampkit's own dependencies that the GPU machine's Python torch does not
+# bring: an allow-list (yaml-cpp, zlib; libstdc++/libgcc_s as a fallback for
+# older systems). Everything else (LibTorch, CUDA, NCCL, glibc) comes from
+# there; ldd.txt records what each program links here.
 for b in "$dir"/bin/* "$dir/lib/libampkit.so"; do
-  LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$b" | awk '$3 ~ /^\// {print $1, $3}'
-done | sort -u | while read -r name path; do
-  case "$name" in
-    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libutil.so*|ld-linux*) ;;
-    libstdc++.so*|libgcc_s.so*) cp -L "$path" "$dir/lib/fallback/$name" ;;
-    libampkit.so*) ;;
-    *) case "$path" in
-         */torch/lib/*|*/nvidia/*|/usr/local/cuda*) ;;
-         *) cp -L "$path" "$dir/lib/$name" ;;
-       esac ;;
-  esac
-done
+  echo "== ${b#"$dir"/}"
+  LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$b"
+done > "$dir/ldd.txt"
+awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' "$dir/ldd.txt" | sort -u |
+  while read -r name path; do
+    case "$name" in
+      libyaml-cpp.so*|libz.so*) cp -L "$path" "$dir/lib/$name" ;;
+      libstdc++.so*|libgcc_s.so*) cp -L "$path" "$dir/lib/fallback/$name" ;;
+    esac
+  done
 cp /usr/share/datasets/fashion-mnist/*.gz "$dir/data/fashion-mnist/"
 gzip -9 -c "$build/examples/gpt/kjv.txt" > "$dir/data/kjv.txt.gz"
 cp "$root/tests/amp/generate_golden.py" "$dir/python/tests/amp/"

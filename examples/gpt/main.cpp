@@ -160,6 +160,7 @@ struct Args : examples::RunFlags {
   double max_val_loss = 0;  // exit 1 above this (for CI); 0: no bound
   int64_t sample_chars = 200;
   std::string data_file = AMPKIT_GPT_CORPUS;
+  std::string tf32 = "default";  // on, off, or LibTorch's default
 };
 
 struct Preset {
@@ -248,6 +249,12 @@ int run(const Args& args) {
   const std::filesystem::path output_dir(args.output_dir);
   const ampkit::AcceleratorOptions options =
       examples::accelerator_options(args);
+  if (args.tf32 != "default") {
+    // fp32 matmuls and convolutions on TF32 tensor cores (on), or strict
+    // IEEE fp32 (off): torch.backends.cuda.matmul/cudnn.allow_tf32.
+    at::globalContext().setAllowTF32CuBLAS(args.tf32 == "on");
+    at::globalContext().setAllowTF32CuDNN(args.tf32 == "on");
+  }
   ampkit::Accelerator accelerator(options);
   std::cerr << "gpt: ampkit " << AMPKIT_VERSION << ", LibTorch "
             << TORCH_VERSION << ", " << threads << " threads\n";
@@ -343,7 +350,8 @@ int run(const Args& args) {
   progress_options.enabled = accelerator.is_main_process();
   ampkit::track::Progress progress(total_steps, progress_options);
   int64_t steps = accelerator.optimizer_steps();
-  int64_t skipped = 0;
+  // Skipped steps are counted on the device (no host read per step).
+  const int64_t skipped_before = accelerator.skipped_optimizer_steps();
   int64_t tokens = 0;  // this process's, in the timed loop
   double train_loss = 0;
   double val_loss = 0;
@@ -376,10 +384,8 @@ int run(const Args& args) {
         train_loss = running.item<double>() / double(since_log);
         running.zero_();
         since_log = 0;
-        // Skips are counted here too: reading the flag syncs with the device.
         accelerator.log({{"train_loss", train_loss}});
       }
-      skipped += accelerator.optimizer_step_was_skipped() ? 1 : 0;
       if (steps == args.untimed_steps) {
         // Start-up (allocator growth, kernel selection) is not timed.
         if (accelerator.device().is_cuda()) {
@@ -456,7 +462,7 @@ int run(const Args& args) {
       {"unigram_entropy", unigram},
       {"train_loss", train_loss},
       {"steps", steps},
-      {"skipped_steps", skipped},
+      {"skipped_steps", accelerator.skipped_optimizer_steps() - skipped_before},
       {"tokens_per_second", tokens_per_second},
       {"flops_per_token", flops_per_token},
       {"model_flops_per_second", tokens_per_second * flops_per_token},
@@ -564,6 +570,12 @@ int main(int argc, char** argv) {
       ->check(cli_checks::non_negative());
   app.add_option(
       examples::flags("data-file"), args.data_file, "the training text");
+  app.add_option(
+         examples::flags("tf32"),
+         args.tf32,
+         "fp32 matmuls on TF32 tensor cores: on, off (strict fp32), or "
+         "default (LibTorch's: off for matmuls, on for convolutions)")
+      ->check(CLI::IsMember({"on", "off", "default"}));
   examples::add_run_flags(app, args);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -196,7 +196,9 @@ inline int64_t parameter_count(Gpt& model) {
 // appendix and nanoGPT's estimate_mfu: 6 N + 12 L T C.
 inline double flops_per_token(Gpt& model, int64_t seq_len) {
   const auto& c = model->config;
-  return 6.0 * double(parameter_count(model)) +
+  // nanoGPT's N leaves out the position embedding (a lookup, no matmul);
+  // the token embedding counts once, as the tied output layer.
+  return 6.0 * double(parameter_count(model) - model->wpe->weight.numel()) +
          12.0 * double(c.n_layer) * double(seq_len) * double(c.n_embd);
 }
 
