@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "ampkit/error.h"
+#include "dist/agent.h"
 #include "dist/file_rendezvous.h"
 #include "utils/components.h"
 #include "utils/strings.h"
@@ -191,8 +192,16 @@ class Group {
       std::ostream& out,
       std::ostream& err,
       int port,
-      Reaper& reaper)
-      : o_(o), out_(out), err_(err), port_(port), reaper_(reaper) {}
+      Reaper& reaper,
+      detail::Agent* agent,
+      int64_t round)
+      : o_(o),
+        out_(out),
+        err_(err),
+        port_(port),
+        reaper_(reaper),
+        agent_(agent),
+        round_(round) {}
 
   void start() {
     const int64_t local = o_.num_processes / o_.num_machines;
@@ -248,6 +257,11 @@ class Group {
         // apart. Several launchers must agree, so they key on the port.
         if (o_.num_machines == 1) {
           set("AMPKIT_RUN_ID", run_id_);
+        }
+        if (agent_ != nullptr) {
+          // Machine 0's launcher hosts the store; each round's workers
+          // keep their keys apart.
+          set("AMPKIT_AGENT_STORE", "round" + std::to_string(round_));
         }
         if (!o_.mixed_precision.empty()) {
           set("AMPKIT_MIXED_PRECISION", o_.mixed_precision);
@@ -338,6 +352,14 @@ class Group {
         }
       }
       drain();
+      if (agent_ != nullptr) {
+        if (const auto why = agent_->check()) {
+          err_ << "ampkit launch: stopping this machine's workers: " << *why
+               << std::endl;
+          stop_all();
+          return 1;
+        }
+      }
       bool any_running = false;
       for (auto& w : workers_) {
         if (!w.running) {
@@ -356,6 +378,13 @@ class Group {
               err_ << "  [rank " << w.rank << "] " << line << '\n';
             }
             err_ << std::flush;
+            if (agent_ != nullptr) {
+              agent_->report_failure(
+                  "rank " + std::to_string(w.rank) + " failed (" +
+                  describe(status) + ")" +
+                  (w.last_lines.empty() ? std::string()
+                                        : ": " + w.last_lines.back()));
+            }
             stop_all();
             return exit_code(status);
           }
@@ -498,6 +527,8 @@ class Group {
   std::ostream& err_;
   int port_;
   Reaper& reaper_;
+  detail::Agent* agent_;
+  int64_t round_;
   std::string run_id_;
   std::vector<Worker> workers_;
 };
@@ -596,6 +627,21 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
               ". Pass a writable folder.");
     }
   }
+  // Before the signal handlers: while it dials machine 0, Ctrl-C stops the
+  // launcher as usual (nothing has started yet).
+  std::unique_ptr<detail::Agent> agent;
+  if (o.num_machines > 1) {
+    detail::AgentOptions ao;
+    ao.master_addr = o.main_process_ip;
+    ao.port = port;
+    ao.machine_rank = o.machine_rank;
+    ao.num_machines = o.num_machines;
+    ao.join_timeout = o.join_timeout;
+    ao.heartbeat_timeout = o.heartbeat_timeout;
+    ao.heartbeat_interval =
+        std::min(ao.heartbeat_interval, o.heartbeat_timeout / 4);
+    agent = std::make_unique<detail::Agent>(ao);
+  }
   if (::pipe(g_signal_pipe) != 0) {
     throw IoError(
         component::kLaunch,
@@ -609,13 +655,37 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
   Reaper reaper;
   int code = 0;
   for (int64_t attempt = 0;; ++attempt) {
-    Group group(o, out, err, port, reaper);
+    if (agent) {
+      // Every machine starts round `attempt` together: a restart anywhere
+      // is a restart everywhere.
+      const bool joined = agent->join(attempt, [] {
+        pollfd signal_fd{g_signal_pipe[0], POLLIN, 0};
+        return ::poll(&signal_fd, 1, 0) > 0;
+      });
+      if (!joined) {
+        err << "ampkit launch: interrupted while waiting for the other "
+               "machines; nothing was started"
+            << std::endl;
+        code = 130;
+        break;
+      }
+    }
+    Group group(o, out, err, port, reaper, agent.get(), attempt);
     group.start();
     code = group.monitor();
-    if (code == 0 || group.interrupted) {
+    if (code == 0 && agent) {
+      agent->finish();
+    }
+    if (code == 0) {
       break;
     }
-    if (attempt >= o.max_restarts) {
+    if (group.interrupted || attempt >= o.max_restarts) {
+      if (agent) {
+        agent->leave(
+            group.interrupted ? "was interrupted"
+                              : "has no restarts left (--max_restarts " +
+                                    std::to_string(o.max_restarts) + ")");
+      }
       break;
     }
     err << "ampkit launch: restarting the group (" << attempt + 1 << " of "

@@ -1,6 +1,7 @@
 #include "ampkit/dist/process_group.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
@@ -175,7 +176,11 @@ ProcessGroup::ProcessGroup(
   } else {
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(env.master_port);
-    o.isServer = env.rank == 0;
+    // Under `ampkit launch` on several machines, machine 0's launcher holds
+    // the store (dist/agent.h) and every worker is a client of it.
+    const char* agent_round = std::getenv("AMPKIT_AGENT_STORE");
+    const bool agent_store = agent_round != nullptr && *agent_round != '\0';
+    o.isServer = env.rank == 0 && !agent_store;
     o.numWorkers = static_cast<size_t>(size);
     o.waitWorkers = true;
     o.timeout = options.timeout();
@@ -217,8 +222,13 @@ ProcessGroup::ProcessGroup(
               ". Check MASTER_ADDR/MASTER_PORT, that rank 0 is running, and "
               "that the port is open between the machines.");
     }
-    im.rendezvous =
-        "TCPStore " + env.master_addr + ":" + std::to_string(env.master_port);
+    if (agent_store) {
+      im.store = c10::make_intrusive<c10d::PrefixStore>(
+          std::string("workers/") + agent_round, im.store);
+    }
+    im.rendezvous = "TCPStore " + env.master_addr + ":" +
+                    std::to_string(env.master_port) +
+                    (agent_store ? " (machine 0's launcher)" : "");
   }
   im.store->setTimeout(options.timeout());
   const std::string bind_host = pick_network(env, im.backend, im.network);

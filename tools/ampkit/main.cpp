@@ -380,6 +380,8 @@ int main(int argc, char** argv) {
   std::string launch_precision;
   double monitor_interval = 0.1;
   double preemption_grace = 60;
+  double join_timeout = 900;
+  double heartbeat_timeout = 60;
   CLI::App* launch = app.add_subcommand(
       "launch",
       "Run PROGRAM [ARGS...] as the processes of a distributed run (each "
@@ -477,6 +479,20 @@ int main(int argc, char** argv) {
           "seconds the workers get to finish their step and save after "
           "SIGTERM, SIGINT or SIGUSR1, before they are killed")
       ->check(cli_checks::non_negative());
+  launch
+      ->add_option(
+          flags("join-timeout"),
+          join_timeout,
+          "several machines: seconds each launcher waits for every machine "
+          "to join before it names the missing ones")
+      ->check(CLI::PositiveNumber);
+  launch
+      ->add_option(
+          flags("heartbeat-timeout"),
+          heartbeat_timeout,
+          "several machines: seconds a machine may go without a heartbeat "
+          "before the others stop, naming it")
+      ->check(CLI::PositiveNumber);
   launch->add_flag(
       "-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
   launch->add_flag(
@@ -548,6 +564,10 @@ int main(int argc, char** argv) {
           static_cast<int64_t>(std::max(0.01, monitor_interval) * 1000));
       launch_options.preemption_grace = std::chrono::milliseconds(
           static_cast<int64_t>(preemption_grace * 1000));
+      launch_options.join_timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(join_timeout * 1000));
+      launch_options.heartbeat_timeout = std::chrono::milliseconds(
+          static_cast<int64_t>(heartbeat_timeout * 1000));
       // Precedence: flag > config file > default.
       std::string gpu_ids = given["gpu_ids"]->count() > 0
                                 ? given["gpu_ids"]->as<std::string>()

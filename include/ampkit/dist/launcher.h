@@ -47,6 +47,11 @@ struct LaunchOptions {
   /// worker, which finishes its step and saves (preemption); what is still
   /// running this long after is killed, and named.
   std::chrono::milliseconds preemption_grace{60000};
+  /// Several machines: how long each launcher waits for all machines to
+  /// join (a machine that never comes is named after this), and how long
+  /// a joined machine may go without a heartbeat before the others stop.
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(15)};
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(60)};
   bool quiet = false;
   /// Start more processes on a machine than it has usable cores (refused
   /// otherwise: they would share cores). The user's process limit (ulimit

@@ -1,0 +1,258 @@
+// Agent: join, heartbeat and failure keys on the launchers' TCPStore.
+#include "dist/agent.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ampkit/error.h"
+#include "dist/file_rendezvous.h"
+#include "utils/components.h"
+#include "utils/strings.h"
+
+namespace ampkit::dist::detail {
+
+namespace {
+
+std::string text_of(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::vector<uint8_t> bytes_of(const std::string& text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+const char* kPrefix = "ampkit_agent/";
+
+}  // namespace
+
+struct Agent::Impl {
+  AgentOptions o;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  int64_t round = 0;
+  int64_t beats = 0;
+  std::chrono::steady_clock::time_point last_beat, last_check;
+  // Per other machine: the heartbeat value seen last, and since when.
+  std::map<
+      int64_t,
+      std::pair<std::string, std::chrono::steady_clock::time_point>>
+      seen;
+
+  std::string key(const std::string& what, int64_t machine) const {
+    return std::string(kPrefix) + what + "/" + std::to_string(machine);
+  }
+  // One failure key per round: a restart starts clean.
+  std::string failed_key(int64_t r) const {
+    return std::string(kPrefix) + "r" + std::to_string(r) + "/failed";
+  }
+  std::string failed_key() const {
+    return failed_key(round);
+  }
+  std::string where() const {
+    return o.master_addr + ":" + std::to_string(o.port);
+  }
+};
+
+Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  im.o = std::move(options);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(im.o.port);
+  so.isServer = im.o.machine_rank == 0;
+  so.waitWorkers = false;
+  so.timeout = im.o.join_timeout;
+  const auto dialled = std::chrono::steady_clock::now();
+  try {
+    im.store = c10::make_intrusive<c10d::TCPStore>(im.o.master_addr, so);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    const std::string said = ampkit::detail::lower(what);
+    if (so.isServer && (said.find("already in use") != std::string::npos ||
+                        said.find("eaddrinuse") != std::string::npos)) {
+      throw DistributedError(
+          component::kLaunch,
+          "machine 0 could not open the rendezvous port " +
+              std::to_string(im.o.port) + ": another program holds it (" +
+              what +
+              "). Pass another --main_process_port, the same on every "
+              "machine, or stop what holds this one (ss -ltnp 'sport = :" +
+              std::to_string(im.o.port) + "').");
+    }
+    throw DistributedError(
+        component::kLaunch,
+        "machine " + std::to_string(im.o.machine_rank) +
+            " could not reach machine 0's launcher at " + im.where() +
+            " after " +
+            seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - dialled)) +
+            " (--join_timeout " + seconds(im.o.join_timeout) + "): " + what +
+            ". Start `ampkit launch --machine_rank 0` there, and check "
+            "--main_process_ip/--main_process_port and that the port is "
+            "open between the machines.");
+  }
+  im.store->setTimeout(im.o.join_timeout);
+}
+
+Agent::~Agent() = default;
+
+bool Agent::join(int64_t round, const std::function<bool()>& stop) {
+  auto& im = *impl_;
+  im.round = round;
+  const std::string r = "r" + std::to_string(round) + "/";
+  im.store->set(im.key(r + "join", im.o.machine_rank), bytes_of("1"));
+  std::vector<std::string> keys;
+  for (int64_t m = 0; m < im.o.num_machines; ++m) {
+    keys.push_back(im.key(r + "join", m));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + im.o.join_timeout;
+  std::string store_error;
+  while (true) {
+    if (stop && stop()) {
+      return false;
+    }
+    try {
+      if (im.store->check({im.failed_key()})) {
+        throw DistributedError(
+            component::kLaunch,
+            "round " + std::to_string(round) +
+                " cannot start: " + text_of(im.store->get(im.failed_key())));
+      }
+      if (im.store->check(keys)) {
+        break;
+      }
+    } catch (const DistributedError&) {
+      throw;
+    } catch (const std::exception& e) {
+      store_error = e.what();  // machine 0 is gone: say so below
+    }
+    if (!store_error.empty() || std::chrono::steady_clock::now() >= deadline) {
+      std::vector<std::string> missing;
+      for (int64_t m = 0; m < im.o.num_machines && store_error.empty(); ++m) {
+        try {
+          if (!im.store->check({im.key(r + "join", m)})) {
+            missing.push_back(std::to_string(m));
+          }
+        } catch (const std::exception&) {
+          missing.push_back(std::to_string(m));
+        }
+      }
+      if (!store_error.empty()) {
+        throw DistributedError(
+            component::kLaunch,
+            "machine " + std::to_string(im.o.machine_rank) +
+                " lost machine 0's launcher at " + im.where() +
+                " while waiting for round " + std::to_string(round) + ": " +
+                store_error + ". Look at machine 0's output.");
+      }
+      throw DistributedError(
+          component::kLaunch,
+          "machine" + std::string(missing.size() > 1 ? "s " : " ") +
+              ampkit::detail::join(missing, ", ") + " of " +
+              std::to_string(im.o.num_machines) + " did not join at " +
+              im.where() + " within " + seconds(im.o.join_timeout) +
+              " (--join_timeout). Start `ampkit launch --machine_rank N` on "
+              "each machine with the same --num_machines, --main_process_ip "
+              "and --main_process_port.");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // Heartbeats count from now: a machine that joined is watched.
+  const auto now = std::chrono::steady_clock::now();
+  im.seen.clear();
+  for (int64_t m = 0; m < im.o.num_machines; ++m) {
+    if (m != im.o.machine_rank) {
+      im.seen[m] = {"", now};
+    }
+  }
+  im.last_beat = {};
+  im.last_check = {};
+  return true;
+}
+
+std::optional<std::string> Agent::check() {
+  auto& im = *impl_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - im.last_check < std::chrono::milliseconds(500)) {
+    return std::nullopt;  // a reported failure is still seen within 0.5 s
+  }
+  im.last_check = now;
+  try {
+    if (now - im.last_beat >= im.o.heartbeat_interval) {
+      im.store->set(
+          im.key("heartbeat", im.o.machine_rank),
+          bytes_of(std::to_string(++im.beats)));
+      im.last_beat = now;
+    }
+    const std::string failed = im.failed_key();
+    if (im.store->check({failed})) {
+      return text_of(im.store->get(failed));
+    }
+    for (auto& [m, last] : im.seen) {
+      const std::string k = im.key("heartbeat", m);
+      const std::string value =
+          im.store->check({k}) ? text_of(im.store->get(k)) : "";
+      if (value != last.first) {
+        last = {value, now};
+      } else if (now - last.second > im.o.heartbeat_timeout) {
+        return "machine " + std::to_string(m) + " sent no heartbeat for " +
+               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   now - last.second)) +
+               " (--heartbeat_timeout): it was killed, hangs, or the "
+               "network between the machines is cut";
+      }
+    }
+  } catch (const std::exception& e) {
+    return "the launchers' store at " + im.where() +
+           (im.o.machine_rank == 0 ? std::string()
+                                   : std::string(" (machine 0)")) +
+           " stopped answering: " + e.what();
+  }
+  return std::nullopt;
+}
+
+void Agent::report_failure(const std::string& message) {
+  auto& im = *impl_;
+  try {
+    im.store->set(
+        im.failed_key(),
+        bytes_of(
+            "machine " + std::to_string(im.o.machine_rank) + ": " + message));
+  } catch (const std::exception&) {
+    // The store is gone: the others see that by themselves.
+  }
+}
+
+void Agent::leave(const std::string& why) {
+  auto& im = *impl_;
+  try {
+    im.store->set(
+        im.failed_key(im.round + 1),
+        bytes_of("machine " + std::to_string(im.o.machine_rank) + " " + why));
+  } catch (const std::exception&) {
+    // The store is gone: the others see that by themselves.
+  }
+}
+
+void Agent::finish() {
+  auto& im = *impl_;
+  try {
+    im.store->set(
+        im.key("r" + std::to_string(im.round) + "/done", im.o.machine_rank),
+        bytes_of("1"));
+    if (im.o.machine_rank != 0) {
+      return;
+    }
+    std::vector<std::string> keys;
+    for (int64_t m = 0; m < im.o.num_machines; ++m) {
+      keys.push_back(im.key("r" + std::to_string(im.round) + "/done", m));
+    }
+    im.store->wait(keys, im.o.heartbeat_timeout);
+  } catch (const std::exception&) {
+    // A machine that does not finish is reported by its own launcher.
+  }
+}
+
+}  // namespace ampkit::dist::detail
