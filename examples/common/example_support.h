@@ -172,7 +172,9 @@ inline void resume_from_checkpoint(
   }
   std::optional<std::string> from = from_arg;
   if (*from == "latest") {
-    from = ampkit::checkpoint::latest_checkpoint(checkpoints);
+    // The newest one every process has (each machine may have its own
+    // folder).
+    from = accelerator.latest_checkpoint(checkpoints);
     if (!from) {
       accelerator.print(
           "no checkpoint under", checkpoints, "yet: starting fresh");

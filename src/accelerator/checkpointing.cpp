@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <sstream>
 
 #include "accelerator/state.h"
@@ -13,6 +15,7 @@
 #include "ampkit/checkpoint/checkpoint_dir.h"
 #include "ampkit/checkpoint/model_io.h"
 #include "ampkit/utils/random.h"
+#include "ampkit/utils/warnings.h"
 #include "utils/components.h"
 
 namespace ampkit {
@@ -21,6 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 namespace ck = checkpoint;
 constexpr const char* kStateFile = "accelerator_state.json";
+// Written by the main process into its partial folder while it saves: a
+// process that reads back the same token shares its filesystem.
+constexpr const char* kOwnerFile = ".ampkit_writer";
 
 // accelerate's names: model.safetensors, model_1.safetensors, ...
 std::string indexed(const std::string& stem, size_t i, const std::string& ext) {
@@ -327,6 +333,17 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
       const auto existing = ck::list_checkpoints(checkpoints_dir(st));
       st.checkpoint_iteration =
           existing.empty() ? 0 : existing.back().first + 1;
+      if (num_processes() > 1) {
+        // Machines with folders of their own agree on the next number.
+        st.checkpoint_iteration =
+            reduce(
+                torch::tensor(
+                    {st.checkpoint_iteration},
+                    torch::dtype(torch::kLong).device(detail::device(st))),
+                ReduceOp::max)
+                .to(torch::kCPU)
+                .item<int64_t>();
+      }
     }
     iteration = st.checkpoint_iteration;
     target = (fs::path(checkpoints_dir(st)) /
@@ -346,15 +363,64 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     st.update_scaler();
   }
   const bool main = is_main_process();
+  const int64_t rank = process_index();
   std::optional<ck::CheckpointWriter> writer;
   if (main) {
     writer.emplace(target);
   }
-  wait_for_everyone();  // the partial folder exists
+  // Which writer holds each process's files: the main process's, or, on a
+  // machine that does not see the main process's folder (no shared
+  // filesystem), that machine's local main process writes a whole copy
+  // into its own folder, as accelerate's save_on_each_node does.
+  std::vector<int64_t> holder(static_cast<size_t>(num_processes()), 0);
+  if (num_processes() > 1) {
+    const auto device = detail::device(st);
+    std::random_device entropy;
+    const int64_t drawn = (static_cast<int64_t>(entropy()) << 31) ^
+                          static_cast<int64_t>(entropy());
+    const int64_t token =
+        broadcast(
+            torch::tensor({drawn}, torch::dtype(torch::kLong).device(device)),
+            0)
+            .to(torch::kCPU)
+            .item<int64_t>();
+    if (main) {
+      ck::write_file(target, kOwnerFile, std::to_string(token));
+    }
+    wait_for_everyone();  // the main process's partial folder exists
+    bool sees = main;
+    if (!main) {
+      std::ifstream in(fs::path(ck::partial_dir(target)) / kOwnerFile);
+      std::string seen;
+      sees = static_cast<bool>(in >> seen) && seen == std::to_string(token);
+    }
+    const int64_t mine = sees ? 0 : rank - local_process_index();
+    const torch::Tensor all =
+        gather(torch::tensor({mine}, torch::dtype(torch::kLong).device(device)))
+            .to(torch::kCPU);
+    for (int64_t r = 0; r < num_processes(); ++r) {
+      holder[static_cast<size_t>(r)] = all[r].item<int64_t>();
+    }
+    if (!sees && mine == rank) {
+      writer.emplace(target);  // this machine's own folder
+    }
+    wait_for_everyone();  // every machine's partial folder exists
+    if (!writer && !fs::is_directory(ck::partial_dir(target))) {
+      throw IoError(
+          component::kAccelerator,
+          "process " + std::to_string(rank) + " cannot see " +
+              ck::partial_dir(target) + ", which process " +
+              std::to_string(mine) +
+              " (its machine's local main process) created. Processes on "
+              "one machine must see the same output folder.");
+    }
+  } else {
+    wait_for_everyone();
+  }
   st.run_state_hooks(/*save=*/true, ck::partial_dir(target));
   const std::string rng = encode_rng(get_rng_state());
-  if (main) {
-    writer->write(rng_file(0), rng);
+  if (writer) {
+    writer->write(rng_file(rank), rng);
     for (size_t i = 0; i < st.models.size(); ++i) {
       writer->write(
           indexed("model", i, ".safetensors"),
@@ -363,7 +429,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       writer->write(
-          st.optimizers[i].sharded ? shard_file(i, 0)
+          st.optimizers[i].sharded ? shard_file(i, rank)
                                    : indexed("optimizer", i, ".bin"),
           archive_bytes([&](auto& a) { st.optimizers[i].optimizer->save(a); }));
     }
@@ -402,21 +468,28 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     state["loaders"] = loaders;
     writer->write(kStateFile, state.dump(2) + "\n");
   } else {
-    ck::write_file(target, rng_file(process_index()), rng);
+    ck::write_file(target, rng_file(rank), rng);
     // Each rank's optimizer shards are its own to write.
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       if (st.optimizers[i].sharded) {
-        ck::write_file(
-            target, shard_file(i, process_index()), archive_bytes([&](auto& a) {
-              st.optimizers[i].optimizer->save(a);
-            }));
+        ck::write_file(target, shard_file(i, rank), archive_bytes([&](auto& a) {
+                         st.optimizers[i].optimizer->save(a);
+                       }));
       }
     }
   }
   wait_for_everyone();  // every rank's files are on disk
-  if (main) {
+  if (writer) {
+    // The files of the processes this writer holds (its machine's, or with
+    // a shared filesystem everyone's).
+    std::vector<int64_t> held;
+    for (int64_t r = 0; r < num_processes(); ++r) {
+      if (r != rank && holder[static_cast<size_t>(r)] == (main ? 0 : rank)) {
+        held.push_back(r);
+      }
+    }
     ck::Manifest manifest;
-    for (int64_t r = 1; r < num_processes(); ++r) {
+    for (const int64_t r : held) {
       writer->record(rng_file(r));
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
@@ -425,8 +498,10 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
           sharded
               ? ck::Manifest::Partition{sharded->stage(), sharded->boundaries()}
               : ck::Manifest::Partition{});
-      for (int64_t r = 1; sharded && r < num_processes(); ++r) {
-        writer->record(shard_file(i, r));
+      for (const int64_t r : held) {
+        if (sharded) {
+          writer->record(shard_file(i, r));
+        }
       }
     }
     bool any_sharded = false;
@@ -438,6 +513,8 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     }
     manifest.world_size = num_processes();
     manifest.step = st.optimizer_steps;
+    std::error_code ec;
+    fs::remove(fs::path(ck::partial_dir(target)) / kOwnerFile, ec);
     writer->commit(manifest);
     if (iteration >= 0) {
       ck::enforce_total_limit(checkpoints_dir(st), st.options.total_limit);
@@ -456,7 +533,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   if (dir) {
     target = *dir;
   } else {
-    auto latest = ck::latest_checkpoint(checkpoints_dir(st));
+    auto latest = latest_checkpoint(checkpoints_dir(st));
     if (!latest) {
       throw IoError(
           component::kAccelerator,
@@ -615,6 +692,88 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     }
   }
   return target;
+}
+
+std::optional<std::string> Accelerator::latest_checkpoint(
+    const std::string& checkpoints_dir) {
+  const auto mine = ck::latest_checkpoint(checkpoints_dir);
+  if (num_processes() == 1) {
+    return mine;
+  }
+  int64_t n = -1;
+  const auto found = ck::list_checkpoints(checkpoints_dir);
+  for (const auto& [number, path] : found) {
+    std::error_code ec;
+    if (mine && fs::equivalent(path, *mine, ec)) {
+      n = number;
+    }
+  }
+  const auto device = detail::device(*state_);
+  const torch::Tensor range =
+      reduce(
+          torch::tensor({-n, n}, torch::dtype(torch::kLong).device(device)),
+          ReduceOp::max)
+          .to(torch::kCPU);
+  const int64_t lowest = -range[0].item<int64_t>();
+  const int64_t highest = range[1].item<int64_t>();
+  if (highest < 0) {
+    return std::nullopt;
+  }
+  const std::string newest = "checkpoint_" + std::to_string(highest);
+  if (lowest < 0) {
+    throw IoError(
+        component::kAccelerator,
+        "some processes find no intact checkpoint under " + checkpoints_dir +
+            " (this one " + (n < 0 ? "included" : "not") +
+            "), while others have " + newest +
+            ". On machines that share no filesystem each machine resumes "
+            "from its own folder: copy the checkpoint folder there, or start "
+            "fresh on purpose (the examples' --resume-from-checkpoint "
+            "none).");
+  }
+  std::optional<std::string> chosen;
+  if (lowest == n) {
+    chosen = mine;
+  } else {
+    for (const auto& [number, path] : found) {
+      if (number == lowest) {
+        try {
+          ck::verify_checkpoint(path);
+          chosen = path;
+        } catch (const IoError& e) {
+          warn(component::kAccelerator, e.what(), /*main_process_only=*/false);
+        }
+      }
+    }
+  }
+  const int64_t missing = reduce(
+                              torch::tensor(
+                                  {chosen ? int64_t{0} : int64_t{1}},
+                                  torch::dtype(torch::kLong).device(device)),
+                              ReduceOp::sum)
+                              .to(torch::kCPU)
+                              .item<int64_t>();
+  if (missing > 0) {
+    throw IoError(
+        component::kAccelerator,
+        "checkpoint_" + std::to_string(lowest) +
+            ", the newest one every "
+            "process has under " +
+            checkpoints_dir + ", is not intact on " + std::to_string(missing) +
+            " process(es)" +
+            (chosen ? std::string() : std::string(" (this one included)")) +
+            ". Restore it from a copy, or start fresh on purpose (the "
+            "examples' --resume-from-checkpoint none).");
+  }
+  if (lowest < highest && is_local_main_process()) {
+    warn(
+        component::kAccelerator,
+        "resuming from checkpoint_" + std::to_string(lowest) +
+            ", the newest checkpoint every process has complete; " + newest +
+            " is complete on some machines only (a save cut short).",
+        /*main_process_only=*/false);
+  }
+  return chosen;
 }
 
 void Accelerator::save_model(

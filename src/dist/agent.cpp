@@ -51,6 +51,33 @@ struct Agent::Impl {
   std::string failed_key() const {
     return failed_key(round);
   }
+  // Beats this machine's heartbeat, at most every heartbeat_interval.
+  void beat(std::chrono::steady_clock::time_point now) {
+    if (now - last_beat >= o.heartbeat_interval) {
+      store->set(
+          key("heartbeat", o.machine_rank), bytes_of(std::to_string(++beats)));
+      last_beat = now;
+    }
+  }
+  // The first watched machine whose heartbeat has not moved for
+  // heartbeat_timeout, said as the reason to stop.
+  std::optional<std::string> silent_machine(
+      std::chrono::steady_clock::time_point now) {
+    for (auto& [m, last] : seen) {
+      const std::string k = key("heartbeat", m);
+      const std::string value = store->check({k}) ? text_of(store->get(k)) : "";
+      if (value != last.first) {
+        last = {value, now};
+      } else if (now - last.second > o.heartbeat_timeout) {
+        return "machine " + std::to_string(m) + " sent no heartbeat for " +
+               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   now - last.second)) +
+               " (--heartbeat_timeout): it was killed, hangs, or the "
+               "network between the machines is cut";
+      }
+    }
+    return std::nullopt;
+  }
   std::string where() const {
     return o.master_addr + ":" + std::to_string(o.port);
   }
@@ -123,6 +150,15 @@ bool Agent::join(int64_t round, const std::function<bool()>& stop) {
       if (im.store->check(keys)) {
         break;
       }
+      // From round 1 on, the machines of the round before are watched
+      // while they are awaited: one that died is named at once.
+      const auto now = std::chrono::steady_clock::now();
+      im.beat(now);
+      if (const auto lost = im.silent_machine(now)) {
+        throw DistributedError(
+            component::kLaunch,
+            "round " + std::to_string(round) + " cannot start: " + *lost + ".");
+      }
     } catch (const DistributedError&) {
       throw;
     } catch (const std::exception& e) {
@@ -180,29 +216,13 @@ std::optional<std::string> Agent::check() {
   }
   im.last_check = now;
   try {
-    if (now - im.last_beat >= im.o.heartbeat_interval) {
-      im.store->set(
-          im.key("heartbeat", im.o.machine_rank),
-          bytes_of(std::to_string(++im.beats)));
-      im.last_beat = now;
-    }
+    im.beat(now);
     const std::string failed = im.failed_key();
     if (im.store->check({failed})) {
       return text_of(im.store->get(failed));
     }
-    for (auto& [m, last] : im.seen) {
-      const std::string k = im.key("heartbeat", m);
-      const std::string value =
-          im.store->check({k}) ? text_of(im.store->get(k)) : "";
-      if (value != last.first) {
-        last = {value, now};
-      } else if (now - last.second > im.o.heartbeat_timeout) {
-        return "machine " + std::to_string(m) + " sent no heartbeat for " +
-               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
-                   now - last.second)) +
-               " (--heartbeat_timeout): it was killed, hangs, or the "
-               "network between the machines is cut";
-      }
+    if (auto lost = im.silent_machine(now)) {
+      return lost;
     }
   } catch (const std::exception& e) {
     return "the launchers' store at " + im.where() +

@@ -38,7 +38,10 @@ for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
 ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up"
 
 port=$((29600 + tag % 300))
-train=(--epochs 1 --limit-train 1200 --limit-test 200 --threads 1 --batch-size 64)
+# Each machine writes checkpoints into its own folder (no shared
+# filesystem): machine 1's local main process writes its machine's copy.
+train=(--epochs 1 --limit-train 1200 --limit-test 200 --threads 1 --batch-size 64
+  --checkpointing-steps 4)
 machine() {  # NAMESPACE RANK OUTPUT
   env -u GLOO_SOCKET_IFNAME -u NCCL_SOCKET_IFNAME ip netns exec "$1" \
     "$ampkit" launch --cpu --num_machines 2 --machine_rank "$2" --num_processes 2 \
@@ -64,6 +67,10 @@ grep -q "network.*10.77.0.1 on $va (the route toward MASTER_ADDR 10.77.0.1)" "$o
   { tail -20 "$out/ref.log"; fail "the one-machine reference run failed"; }
 cmp "$out/m0/model/model.safetensors" "$out/ref/model/model.safetensors" ||
   fail "two machines ended with other weights than one machine with two processes"
+for m in m0 m1; do
+  ls "$out/$m"/checkpoints/*/manifest.json > /dev/null 2>&1 ||
+    { ls -R "$out/$m"; fail "machine ${m#m} has no complete checkpoint in its own folder"; }
+done
 echo "two_machines_test: training ok (2 machines x 1 process without GLOO_SOCKET_IFNAME = 1 machine x 2 processes, bit for bit)"
 
 port=$((port + 1))
@@ -134,4 +141,46 @@ kill -0 "$launcher_pid" 2>/dev/null && fail "machine 1 ran on 15 s after it woke
 grep -q "stopping this machine's workers" "$out/h1.log" ||
   { cat "$out/h1.log"; fail "machine 1 does not say why it stopped"; }
 echo "two_machines_test: a hung machine is named by the other after $took s; it stops itself $((SECONDS - start)) s after it wakes"
+
+# A worker killed mid-run; each machine has its own output folder; with
+# --max_restarts 1 both machines restart, resume from the newest checkpoint
+# they both have, and end with the weights of an uninterrupted run.
+port=$((port + 1))
+long=(--epochs 2 --limit-train 12000 --limit-test 200 --threads 1 --batch-size 256
+  --checkpointing-steps 5 --resume-from-checkpoint latest)
+kmachine() {  # NAMESPACE RANK OUTPUT
+  ip netns exec "$1" "$ampkit" launch --quiet --cpu --num_machines 2 --machine_rank "$2" \
+    --num_processes 2 --num_cpu_threads_per_process 1 --main_process_ip 10.77.0.1 \
+    --main_process_port "$port" --max_restarts 1 "$demo" --output-dir "$3" "${long[@]}"
+}
+kmachine "$na" 0 "$out/k0" > "$out/k0.log" 2>&1 &
+pa=$!
+kmachine "$nb" 1 "$out/k1" > "$out/k1.log" 2>&1 &
+pb=$!
+for _ in $(seq 1200); do
+  ls "$out"/k1/checkpoints/*/manifest.json > /dev/null 2>&1 && break
+  sleep 0.05
+done
+pkill -KILL -f -- "^$demo --output-dir $out/k1 " || fail "no worker to kill on machine 1"
+killed=$(date +%s.%N)
+resumed=""
+while kill -0 "$pa" 2>/dev/null; do
+  if [ -z "$resumed" ] && grep -q "resumed from" "$out/k0.log"; then resumed=$(date +%s.%N); fi
+  sleep 0.05
+done
+[ -n "$resumed" ] || grep -q "resumed from" "$out/k0.log" && resumed=${resumed:-$(date +%s.%N)}
+wait "$pa"; ra=$?
+wait "$pb"; rb=$?
+[ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] ||
+  { tail -20 "$out/k0.log" "$out/k1.log"; fail "kill and restart: exit codes $ra and $rb"; }
+grep -q "restarting the group (1 of 1)" "$out/k0.log" ||
+  { cat "$out/k0.log"; fail "machine 0 did not restart after machine 1's worker was killed"; }
+grep -q "resumed from" "$out/k1.log" ||
+  { cat "$out/k1.log"; fail "machine 1 did not resume from its own checkpoint"; }
+"$ampkit" launch --quiet --cpu --num_processes 2 --num_cpu_threads_per_process 1 \
+  "$demo" --output-dir "$out/kref" "${long[@]}" > "$out/kref.log" 2>&1 ||
+  { tail -20 "$out/kref.log"; fail "the uninterrupted reference run failed"; }
+cmp "$out/k0/model/model.safetensors" "$out/kref/model/model.safetensors" ||
+  fail "killed, restarted and resumed on two machines: other weights than an uninterrupted run"
+echo "two_machines_test: a worker killed on machine 1 restarted both machines; resumed $(awk "BEGIN { printf \"%.1f\", $resumed - $killed }") s after the kill; weights equal an uninterrupted run"
 echo "two_machines_test: ok"

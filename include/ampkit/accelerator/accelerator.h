@@ -295,6 +295,15 @@ class Accelerator {
   /// Call it after prepare() and before iterating the loaders. Returns the
   /// folder loaded.
   std::string load_state(const std::optional<std::string>& dir = std::nullopt);
+  /// The newest checkpoint_N under `checkpoints_dir` that is intact for
+  /// every process, or nullopt when no process has any. A collective: on
+  /// machines that share no filesystem each looks at its own folder and
+  /// they agree on N (the newest that all have; a newer one that only some
+  /// finished is passed over with a warning). Damaged ones are passed over
+  /// as checkpoint::latest_checkpoint does; a process with none while
+  /// others have one is an IoError on every process.
+  std::optional<std::string> latest_checkpoint(
+      const std::string& checkpoints_dir);
   /// accelerate's register_save_state_pre_hook / register_load_state_pre_hook:
   /// `hook(models, dir)` runs on every process before save_state writes (or
   /// load_state reads) anything, with the prepared models in order and the
