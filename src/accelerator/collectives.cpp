@@ -193,21 +193,26 @@ std::tuple<int64_t, int64_t, int64_t> Accelerator::share_of(int64_t n) const {
   return {begin, end, per + (extra > 0 ? 1 : 0)};
 }
 
-Accelerator::MainProcessFirst::MainProcessFirst(Accelerator& accelerator)
-    : accelerator_(accelerator) {
-  if (!accelerator_.is_main_process()) {
+Accelerator::MainProcessFirst::MainProcessFirst(
+    Accelerator& accelerator, bool first)
+    : accelerator_(accelerator), first_(first) {
+  if (!first_) {
     accelerator_.wait_for_everyone();
   }
 }
 
 Accelerator::MainProcessFirst::~MainProcessFirst() noexcept(false) {
-  if (accelerator_.is_main_process() && std::uncaught_exceptions() == 0) {
+  if (first_ && std::uncaught_exceptions() == 0) {
     accelerator_.wait_for_everyone();
   }
 }
 
 Accelerator::MainProcessFirst Accelerator::main_process_first() {
-  return MainProcessFirst(*this);
+  return MainProcessFirst(*this, is_main_process());
+}
+
+Accelerator::MainProcessFirst Accelerator::local_main_process_first() {
+  return MainProcessFirst(*this, is_local_main_process());
 }
 
 void Accelerator::set_trigger() {

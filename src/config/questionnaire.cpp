@@ -276,11 +276,11 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
         config.rdzv_backend = q.ask(
             "What rendezvous backend will you use?",
             "static",
-            "Valid values: static, c10d, etcd, etcd-v2.",
+            "Valid values: static, c10d (ampkit has no etcd client; both "
+            "meet at the main process's IP and port).",
             [](const std::string& answer) -> std::optional<std::string> {
               const std::string value = lower(answer);
-              if (value == "static" || value == "c10d" || value == "etcd" ||
-                  value == "etcd-v2") {
+              if (value == "static" || value == "c10d") {
                 return value;
               }
               return std::nullopt;

@@ -247,9 +247,26 @@ class Reader {
     } else if (key == "gpu_ids") {
       config.gpu_ids = gpu_ids(entry);
     } else if (key == "rdzv_backend") {
-      config.rdzv_backend = entry.kind == Entry::Kind::null
-                                ? "static"
-                                : scalar(entry, "Valid values: static, c10d.");
+      // Both spellings get ampkit's round-based rendezvous on machine 0's
+      // launcher (fixed machine ranks); etcd needs a server ampkit cannot
+      // talk to.
+      const std::string valid =
+          "Valid values: static, c10d (both: the launchers meet at "
+          "main_process_ip:main_process_port).";
+      const std::string value = entry.kind == Entry::Kind::null
+                                    ? "static"
+                                    : lower(scalar(entry, valid));
+      if (value == "etcd" || value == "etcd-v2") {
+        bad(entry,
+            "asks for an etcd server, which ampkit has no client for",
+            valid +
+                " Set rdzv_backend: c10d; machine 0's launcher hosts the "
+                "rendezvous.");
+      }
+      if (value != "static" && value != "c10d") {
+        bad(entry, "is not a valid value", valid);
+      }
+      config.rdzv_backend = value;
     } else if (key == "main_training_function") {
       config.main_training_function =
           scalar(entry, "Valid values: a function name, e.g. main.");

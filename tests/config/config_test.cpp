@@ -256,6 +256,24 @@ TEST_F(ConfigFileTest, DistributedTypeOfAccelerateOnlyIsRefusedByName) {
       "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU, DEEPSPEED.");
 }
 
+// Both rendezvous spellings meet on machine 0's launcher; etcd needs a
+// server ampkit has no client for, and is refused rather than ignored.
+TEST_F(ConfigFileTest, RdzvBackendEtcdIsRefusedAndC10dKept) {
+  const std::string c10d =
+      write("c10d.yaml", "num_machines: 2\nrdzv_backend: C10D\n");
+  EXPECT_EQ(load_config(c10d).rdzv_backend, "c10d");
+  const std::string etcd = write("etcd.yaml", "rdzv_backend: etcd-v2\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(etcd),
+      InvalidArgument,
+      etcd +
+          ":1: key 'rdzv_backend' asks for an etcd server, which ampkit has "
+          "no client for, got 'etcd-v2'.");
+  const std::string typo = write("typo.yaml", "rdzv_backend: c10\n");
+  AMPKIT_EXPECT_THROWS_WITH(
+      load_config(typo), InvalidArgument, "Valid values: static, c10d");
+}
+
 // accelerate refuses mixed_precision auto: the file it may read says 'no',
 // ampkit's own file beside it says auto, and ampkit reads auto back until
 // the config is changed to another precision.

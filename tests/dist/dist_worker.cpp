@@ -646,6 +646,27 @@ int collectives() {
           "main_process_first: rank 1 ran before rank 0 finished");
     }
   }
+  // local_main_process_first: with one machine, local rank 0 goes first.
+  const std::string local_marker =
+      std::string(std::getenv("AMPKIT_TEST_DIR")) + "/local_main_first";
+  {
+    auto scope = accelerator.local_main_process_first();
+    if (accelerator.local_process_index() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::ofstream(local_marker) << "done";
+    } else {
+      CHECK_OR_FAIL(
+          std::ifstream(local_marker).good(),
+          "local_main_process_first: local rank 1 ran before local rank 0 "
+          "finished");
+    }
+  }
+  int ran_here = 0;
+  CHECK_OR_FAIL(
+      accelerator.on_local_process(1, [&] { ++ran_here; }) ==
+              (accelerator.local_process_index() == 1) &&
+          ran_here == (accelerator.local_process_index() == 1 ? 1 : 0),
+      "on_local_process(1) ran on the wrong process");
   // Triggers: rank 1 sets it; both see it once.
   CHECK_OR_FAIL(!accelerator.check_trigger(), "trigger set too early");
   if (r == 1) {

@@ -358,6 +358,14 @@ class Accelerator {
   bool on_process(int64_t process_index, F&& fn) const {
     return run_if(this->process_index() == process_index, std::forward<F>(fn));
   }
+  /// accelerate's on_local_process(local_process_index=i): on every
+  /// machine, the process with that local index.
+  template <typename F>
+  bool on_local_process(int64_t local_process_index, F&& fn) const {
+    return run_if(
+        this->local_process_index() == local_process_index,
+        std::forward<F>(fn));
+  }
   int64_t process_index() const;
   int64_t local_process_index() const;
   int64_t num_processes() const;
@@ -479,7 +487,9 @@ class Accelerator {
     return share;
   }
   /// RAII: the main process runs the scope first, the others wait for it
-  /// and then run theirs (downloads, caches).
+  /// and then run theirs (downloads, caches). local_main_process_first():
+  /// each machine's local main process goes first (a cache on each
+  /// machine's own disk), as accelerate's.
   class [[nodiscard]] MainProcessFirst {
    public:
     ~MainProcessFirst() noexcept(false);
@@ -488,10 +498,12 @@ class Accelerator {
 
    private:
     friend class Accelerator;
-    explicit MainProcessFirst(Accelerator& accelerator);
+    MainProcessFirst(Accelerator& accelerator, bool first);
     Accelerator& accelerator_;
+    bool first_;
   };
   MainProcessFirst main_process_first();
+  MainProcessFirst local_main_process_first();
   /// Early stop across processes: any process sets the trigger, and
   /// check_trigger() (a collective) is then true on every process, once.
   void set_trigger();
