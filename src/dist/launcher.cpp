@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "ampkit/error.h"
+#include "dist/affinity.h"
 #include "dist/agent.h"
 #include "dist/file_rendezvous.h"
 #include "utils/components.h"
@@ -205,6 +206,28 @@ class Group {
 
   void start() {
     const int64_t local = o_.num_processes / o_.num_machines;
+    std::vector<std::vector<int>> pinned;
+    if (o_.enable_cpu_affinity) {
+      std::vector<std::vector<int>> near_gpu;
+      for (const auto& bus_id : o_.gpu_pci_bus_ids) {
+        near_gpu.push_back(detail::pci_device_cpus(bus_id));
+      }
+      pinned = detail::plan_affinity(detail::allowed_cpus(), local, near_gpu);
+      if (!o_.quiet && round_ == 0) {
+        for (int64_t l = 0; l < local; ++l) {
+          out_ << "ampkit launch: rank " << o_.machine_rank * local + l
+               << " pinned to cores "
+               << detail::format_cpu_list(pinned[static_cast<size_t>(l)])
+               << " (enable_cpu_affinity"
+               << (static_cast<size_t>(l) < near_gpu.size() &&
+                           !near_gpu[static_cast<size_t>(l)].empty()
+                       ? ", near its GPU"
+                       : "")
+               << ")\n";
+        }
+        out_ << std::flush;
+      }
+    }
     std::random_device device;
     run_id_ =
         "launch-" + std::to_string(::getpid()) + "-" + std::to_string(device());
@@ -247,9 +270,27 @@ class Group {
         set("LOCAL_WORLD_SIZE", std::to_string(local));
         set("MASTER_ADDR", o_.main_process_ip);
         set("MASTER_PORT", std::to_string(port_));
+        if (!pinned.empty()) {
+          cpu_set_t cores;
+          CPU_ZERO(&cores);
+          for (const int c : pinned[static_cast<size_t>(l)]) {
+            CPU_SET(c, &cores);
+          }
+          if (::sched_setaffinity(0, sizeof cores, &cores) != 0) {
+            std::fprintf(
+                stderr,
+                "ampkit launch: cannot pin rank %lld to its cores: %s\n",
+                static_cast<long long>(w.rank),
+                std::strerror(errno));
+            std::_Exit(126);
+          }
+        }
         if (o_.num_cpu_threads_per_process > 0) {
           set("OMP_NUM_THREADS",
               std::to_string(o_.num_cpu_threads_per_process));
+        } else if (!pinned.empty()) {
+          set("OMP_NUM_THREADS",
+              std::to_string(pinned[static_cast<size_t>(l)].size()));
         } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
           set("OMP_NUM_THREADS", std::to_string(threads_per_process(local)));
         }

@@ -26,6 +26,7 @@
 
 #include "ampkit/dist/process_group.h"
 #include "ampkit/error.h"
+#include "dist/affinity.h"
 #include "dist/route.h"
 #include "test_util.h"
 
@@ -459,6 +460,35 @@ TEST(DistRendezvousTest, TheRouteTowardTheMasterNamesAddressAndInterface) {
   EXPECT_EQ(route->interface, iface);
   EXPECT_FALSE(ampkit::dist::detail::route_toward("no-such-host.invalid", why));
   EXPECT_THAT(why, testing::HasSubstr("cannot resolve no-such-host.invalid"));
+}
+
+// enable_cpu_affinity's plan: disjoint shares of the usable cores, taken
+// near each worker's GPU where its NUMA node is known.
+TEST(LaunchAffinityTest, SharesAreDisjointAndFollowTheGpusNumaNodes) {
+  namespace d = ampkit::dist::detail;
+  using Cores = std::vector<std::vector<int>>;
+  EXPECT_EQ(
+      d::parse_cpu_list("0-3,8,10-11\n"),
+      (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_TRUE(d::parse_cpu_list("0-x").empty());
+  EXPECT_TRUE(d::parse_cpu_list("3-1").empty());
+  EXPECT_EQ(d::format_cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  const std::vector<int> eight = d::parse_cpu_list("0-7");
+  // No GPUs: contiguous shares, the first ones one larger.
+  EXPECT_EQ(d::plan_affinity(eight, 3), (Cores{{0, 1, 2}, {3, 4, 5}, {6, 7}}));
+  // GPUs 0-2 near cores 0-3, GPU 3 near 4-7 (two NUMA nodes).
+  const std::vector<int> node0 = d::parse_cpu_list("0-3"),
+                         node1 = d::parse_cpu_list("4-7");
+  EXPECT_EQ(
+      d::plan_affinity(eight, 4, {node0, node0, node0, node1}),
+      (Cores{{0, 1}, {2}, {3}, {4, 5, 6, 7}}));
+  // Cores near a GPU that this process may not use are left out; a worker
+  // whose GPU's node is unknown shares the cores no GPU's workers took.
+  EXPECT_EQ(
+      d::plan_affinity(d::parse_cpu_list("0-5"), 2, {node1, {}}),
+      (Cores{{4, 5}, {0, 1, 2, 3}}));
+  // More workers than cores: each still gets one.
+  EXPECT_EQ(d::plan_affinity({0, 1}, 3), (Cores{{0}, {1}, {0}}));
 }
 
 TEST(DistRendezvousTest, APortInUseIsNamedWithTheFlagForAnotherPort) {

@@ -160,4 +160,30 @@ refused "accumulation 0" "must be a number > 0, got 0" --cpu --gradient_accumula
 refused "a missing --config_file" "does not exist" --config_file "$dir/missing.yaml" "$dir/w.sh"
 : > "$dir/empty.yaml"
 refused "an empty config file" "holds no settings" --config_file "$dir/empty.yaml" "$dir/w.sh"
+
+# 10. enable_cpu_affinity (flag or config file): each rank runs on its own,
+#     disjoint share of the usable cores, with OMP_NUM_THREADS its size.
+cat > "$dir/cores.sh" <<'W'
+#!/usr/bin/env bash
+echo "cores $(grep Cpus_allowed_list /proc/self/status | cut -f2) OMP=$OMP_NUM_THREADS"
+W
+chmod +x "$dir/cores.sh"
+if [ "$(nproc)" -ge 2 ]; then
+  printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nuse_cpu: true\nenable_cpu_affinity: true\n' > "$dir/affinity.yaml"
+  for how in "--enable_cpu_affinity --num_processes 2" "--config_file $dir/affinity.yaml"; do
+    # shellcheck disable=SC2086
+    out="$(env -u OMP_NUM_THREADS "$ampkit" launch --cpu $how "$dir/cores.sh" 2>&1)" || fail "affinity ($how): $out"
+    c0=$(sed -n 's/^\[rank 0\] cores \([0-9,-]*\) OMP=.*/\1/p' <<<"$out")
+    c1=$(sed -n 's/^\[rank 1\] cores \([0-9,-]*\) OMP=.*/\1/p' <<<"$out")
+    [ -n "$c0" ] && [ -n "$c1" ] && [ "$c0" != "$c1" ] || fail "affinity ($how): ranks not pinned apart: $out"
+    expand() { python3 -c 'import sys; print(" ".join(str(c) for p in sys.argv[1].split(",") for c in (range(int(p.split("-")[0]), int(p.split("-")[-1]) + 1))))' "$1"; }
+    both="$(expand "$c0") $(expand "$c1")"
+    [ "$(tr ' ' '\n' <<<"$both" | sort | uniq -d)" = "" ] || fail "affinity ($how): shared cores $c0 / $c1"
+    n0=$(expand "$c0" | wc -w)
+    grep -q "^\[rank 0\] cores $c0 OMP=$n0$" <<<"$out" || fail "affinity ($how): OMP_NUM_THREADS is not the share: $out"
+    grep -q "rank 1 pinned to cores $c1 (enable_cpu_affinity)" <<<"$out" || fail "affinity ($how): the plan is not shown: $out"
+  done
+  out="$(env -u OMP_NUM_THREADS "$ampkit" launch --cpu --num_processes 2 "$dir/cores.sh" 2>&1)"
+  grep -q "pinned" <<<"$out" && fail "pinned without enable_cpu_affinity: $out"
+fi
 echo "launch_test: ok"

@@ -493,6 +493,11 @@ int main(int argc, char** argv) {
           "several machines: seconds a machine may go without a heartbeat "
           "before the others stop, naming it")
       ->check(CLI::PositiveNumber);
+  given["enable_cpu_affinity"] = launch->add_flag(
+      flags("enable-cpu-affinity"),
+      launch_options.enable_cpu_affinity,
+      "pin each process to its own share of the cores (with GPUs, the "
+      "cores near its GPU), as accelerate's enable_cpu_affinity");
   launch->add_flag(
       "-q," + flags("quiet"), launch_options.quiet, "no start-up lines");
   launch->add_flag(
@@ -615,6 +620,18 @@ int main(int argc, char** argv) {
             launch_options.gradient_accumulation_steps,
             c.gradient_accumulation_steps);
         from("debug", launch_options.debug, c.debug);
+        for (const auto& [key, value] : c.passthrough) {
+          if (key == "enable_cpu_affinity") {
+            std::string v = value;
+            std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) {
+              return static_cast<char>(std::tolower(c));
+            });
+            from(
+                "enable_cpu_affinity",
+                launch_options.enable_cpu_affinity,
+                v == "true" || v == "yes" || v == "on");
+          }
+        }
         from("gpu_ids", gpu_ids, c.gpu_ids);
         if (c.distributed_type == "DEEPSPEED") {
           from("zero_stage", launch_options.zero_stage, c.zero_stage);
@@ -694,6 +711,11 @@ int main(int argc, char** argv) {
       if (given["use_deepspeed"]->count() > 0 &&
           launch_options.zero_stage < 0) {
         launch_options.zero_stage = 2;  // accelerate's DeepSpeed default
+      }
+      if (launch_options.enable_cpu_affinity && !launch_options.cpu) {
+        for (const auto& gpu : ampkit::Capabilities::current().cuda_devices) {
+          launch_options.gpu_pci_bus_ids.push_back(gpu.pci_bus_id);
+        }
       }
       if (!defaults.empty() && !launch_options.quiet) {
         std::string list;

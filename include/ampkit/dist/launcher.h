@@ -52,6 +52,12 @@ struct LaunchOptions {
   /// a joined machine may go without a heartbeat before the others stop.
   std::chrono::milliseconds join_timeout{std::chrono::minutes(15)};
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(60)};
+  /// accelerate's enable_cpu_affinity: each worker is pinned to its own
+  /// share of this machine's usable cores (with GPUs, from the cores near
+  /// its GPU: gpu_pci_bus_ids[local rank], CUDA's PCI bus ids), and its
+  /// OMP_NUM_THREADS is that share unless num_cpu_threads_per_process says.
+  bool enable_cpu_affinity = false;
+  std::vector<std::string> gpu_pci_bus_ids;
   bool quiet = false;
   /// Start more processes on a machine than it has usable cores (refused
   /// otherwise: they would share cores). The user's process limit (ulimit
