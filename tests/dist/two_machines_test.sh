@@ -62,11 +62,18 @@ if [ "$ra" -ne 0 ] || [ "$rb" -ne 0 ]; then
 fi
 grep -q "network.*10.77.0.1 on $va (the route toward MASTER_ADDR 10.77.0.1)" "$out/m0.log" ||
   { cat "$out/m0.log"; fail "machine 0's start-up table does not show its interface"; }
-"$ampkit" launch --quiet --cpu --num_processes 2 --num_cpu_threads_per_process 1 \
-  "$demo" --output-dir "$out/ref" "${train[@]}" > "$out/ref.log" 2>&1 ||
-  { tail -20 "$out/ref.log"; fail "the one-machine reference run failed"; }
-cmp "$out/m0/model/model.safetensors" "$out/ref/model/model.safetensors" ||
-  fail "two machines ended with other weights than one machine with two processes"
+# One machine, two processes, the same arguments: the final weights must
+# equal machine 0's bit for bit.
+same_as_one_machine() {  # REFERENCE MACHINE0_OUTPUT WHAT ARGS...
+  local ref="$1" got="$2" what="$3"
+  shift 3
+  "$ampkit" launch --quiet --cpu --num_processes 2 --num_cpu_threads_per_process 1 \
+    "$demo" --output-dir "$out/$ref" "$@" > "$out/$ref.log" 2>&1 ||
+    { tail -20 "$out/$ref.log"; fail "the one-machine reference run $ref failed"; }
+  cmp "$out/$got/model/model.safetensors" "$out/$ref/model/model.safetensors" ||
+    fail "$what: other weights than one machine with two processes"
+}
+same_as_one_machine ref m0 "two machines" "${train[@]}"
 for m in m0 m1; do
   ls "$out/$m"/checkpoints/*/manifest.json > /dev/null 2>&1 ||
     { ls -R "$out/$m"; fail "machine ${m#m} has no complete checkpoint in its own folder"; }
@@ -168,7 +175,7 @@ while kill -0 "$pa" 2>/dev/null; do
   if [ -z "$resumed" ] && grep -q "resumed from" "$out/k0.log"; then resumed=$(date +%s.%N); fi
   sleep 0.05
 done
-[ -n "$resumed" ] || grep -q "resumed from" "$out/k0.log" && resumed=${resumed:-$(date +%s.%N)}
+if [ -z "$resumed" ] && grep -q "resumed from" "$out/k0.log"; then resumed=$(date +%s.%N); fi
 wait "$pa"; ra=$?
 wait "$pb"; rb=$?
 [ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] ||
@@ -177,10 +184,6 @@ grep -q "restarting the group (1 of 1)" "$out/k0.log" ||
   { cat "$out/k0.log"; fail "machine 0 did not restart after machine 1's worker was killed"; }
 grep -q "resumed from" "$out/k1.log" ||
   { cat "$out/k1.log"; fail "machine 1 did not resume from its own checkpoint"; }
-"$ampkit" launch --quiet --cpu --num_processes 2 --num_cpu_threads_per_process 1 \
-  "$demo" --output-dir "$out/kref" "${long[@]}" > "$out/kref.log" 2>&1 ||
-  { tail -20 "$out/kref.log"; fail "the uninterrupted reference run failed"; }
-cmp "$out/k0/model/model.safetensors" "$out/kref/model/model.safetensors" ||
-  fail "killed, restarted and resumed on two machines: other weights than an uninterrupted run"
+same_as_one_machine kref k0 "killed, restarted and resumed on two machines" "${long[@]}"
 echo "two_machines_test: a worker killed on machine 1 restarted both machines; resumed $(awk "BEGIN { printf \"%.1f\", $resumed - $killed }") s after the kill; weights equal an uninterrupted run"
 echo "two_machines_test: ok"
