@@ -54,6 +54,12 @@ case "$mode" in
   test|test-cuda) packages+=(python3-torch python3-numpy chromium iproute2
     clang-format) ;;
 esac
+# The cross-checks against the real accelerate (tests/crosscheck) need a
+# venv over Debian's torch 1.13 with accelerate 1.2.1, the newest that
+# takes it.
+if [ "$mode" = test ]; then
+  packages+=(python3-venv)
+fi
 # The CUDA flavour's torch wheel goes into a virtual environment (its
 # c10d headers include Gloo's, which the wheel leaves out: libgloo-dev).
 if $cuda; then
@@ -111,6 +117,16 @@ if $cuda; then
   torch_root="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
   cmake_args+=(-DCMAKE_PREFIX_PATH="$torch_root"
     -DAMPKIT_TORCH_PYTHON="$venv/bin/python")
+fi
+
+if [ "$mode" = test ]; then
+  peer="${XDG_CACHE_HOME:-$HOME/.cache}/ampkit/peer-1.13"
+  if ! "$peer/bin/python" -c "import accelerate, sys; sys.exit(accelerate.__version__ != '1.2.1')" 2>/dev/null; then
+    echo "setup: installing accelerate==1.2.1 (PyPI) into $peer, over Debian's torch"
+    rm -rf "$peer"
+    /usr/bin/python3 -m venv --system-site-packages "$peer"
+    "$peer/bin/pip" install -q --disable-pip-version-check "accelerate==1.2.1"
+  fi
 fi
 
 cmake -S "$root" -B "$build" "${cmake_args[@]}"

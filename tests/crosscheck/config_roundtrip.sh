@@ -11,7 +11,7 @@
 #
 # Usage: config_roundtrip.sh AMPKIT_CLI PYTHON WORKDIR
 # Exit: 0 all ok, 1 any FAIL, 77 (CTest skip) when PYTHON cannot import
-# accelerate.
+# accelerate and CI is unset (with CI set that is a FAIL).
 set -euo pipefail
 
 if [ $# -ne 3 ]; then
@@ -23,6 +23,12 @@ python=$2
 work=$3
 
 if ! "$python" -c 'import accelerate' >/dev/null 2>&1; then
+  # In CI the real accelerate must check every landing: setup.sh test
+  # makes this venv, so its absence is a failure there.
+  if [ -n "${CI:-}" ]; then
+    echo "FAIL: $python cannot import accelerate (CI is set; bash scripts/setup.sh test makes it)"
+    exit 1
+  fi
   echo "skip: $python cannot import accelerate"
   exit 77
 fi
