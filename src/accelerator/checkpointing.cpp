@@ -394,25 +394,47 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
       std::string seen;
       sees = static_cast<bool>(in >> seen) && seen == std::to_string(token);
     }
-    const int64_t mine = sees ? 0 : rank - local_process_index();
+    // Each machine follows what its local main process saw, so that the
+    // processes of one machine never split between two writers.
+    const int64_t local_main = rank - local_process_index();
     const torch::Tensor all =
-        gather(torch::tensor({mine}, torch::dtype(torch::kLong).device(device)))
+        gather(torch::tensor(
+                   {sees ? int64_t{1} : int64_t{0}, local_main},
+                   torch::dtype(torch::kLong).device(device)))
             .to(torch::kCPU);
+    auto seen_by = [&](int64_t r) {
+      return all[2 * all[2 * r + 1].item<int64_t>()].item<int64_t>() != 0;
+    };
     for (int64_t r = 0; r < num_processes(); ++r) {
-      holder[static_cast<size_t>(r)] = all[r].item<int64_t>();
+      holder[static_cast<size_t>(r)] =
+          seen_by(r) ? 0 : all[2 * r + 1].item<int64_t>();
     }
-    if (!sees && mine == rank) {
+    const int64_t mine = holder[static_cast<size_t>(rank)];
+    if (!main && mine == rank) {
       writer.emplace(target);  // this machine's own folder
     }
     wait_for_everyone();  // every machine's partial folder exists
-    if (!writer && !fs::is_directory(ck::partial_dir(target))) {
+    // Every process must see its writer's partial folder; one that does
+    // not fails every process, not only itself (the others would wait).
+    const bool lost = !writer && !fs::is_directory(ck::partial_dir(target));
+    const int64_t lost_count =
+        reduce(
+            torch::tensor(
+                {lost ? int64_t{1} : int64_t{0}},
+                torch::dtype(torch::kLong).device(device)),
+            ReduceOp::sum)
+            .to(torch::kCPU)
+            .item<int64_t>();
+    if (lost_count > 0) {
       throw IoError(
           component::kAccelerator,
-          "process " + std::to_string(rank) + " cannot see " +
-              ck::partial_dir(target) + ", which process " +
-              std::to_string(mine) +
-              " (its machine's local main process) created. Processes on "
-              "one machine must see the same output folder.");
+          std::to_string(lost_count) + " process(es)" +
+              (lost ? " (this one included)" : std::string()) +
+              " cannot see the partial checkpoint folder " +
+              ck::partial_dir(target) +
+              " that their machine's writer (process " + std::to_string(mine) +
+              " here) created. Processes on one machine must see the same "
+              "output folder; nothing was saved.");
     }
   } else {
     wait_for_everyone();
@@ -696,9 +718,38 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
 
 std::optional<std::string> Accelerator::latest_checkpoint(
     const std::string& checkpoints_dir) {
-  const auto mine = ck::latest_checkpoint(checkpoints_dir);
   if (num_processes() == 1) {
-    return mine;
+    return ck::latest_checkpoint(checkpoints_dir);
+  }
+  // A process whose checkpoints are all damaged fails every process, not
+  // only itself (the others would wait in the next collective).
+  std::optional<std::string> mine;
+  std::optional<IoError> damaged;
+  try {
+    mine = ck::latest_checkpoint(checkpoints_dir);
+  } catch (const IoError& e) {
+    damaged = e;
+  }
+  const auto device = detail::device(*state_);
+  const int64_t damaged_count =
+      reduce(
+          torch::tensor(
+              {damaged ? int64_t{1} : int64_t{0}},
+              torch::dtype(torch::kLong).device(device)),
+          ReduceOp::sum)
+          .to(torch::kCPU)
+          .item<int64_t>();
+  if (damaged) {
+    throw *damaged;
+  }
+  if (damaged_count > 0) {
+    throw IoError(
+        component::kAccelerator,
+        std::to_string(damaged_count) +
+            " other process(es) found no intact checkpoint under their " +
+            checkpoints_dir +
+            " (their error says which); nothing was "
+            "resumed.");
   }
   int64_t n = -1;
   const auto found = ck::list_checkpoints(checkpoints_dir);
@@ -708,7 +759,6 @@ std::optional<std::string> Accelerator::latest_checkpoint(
       n = number;
     }
   }
-  const auto device = detail::device(*state_);
   const torch::Tensor range =
       reduce(
           torch::tensor({-n, n}, torch::dtype(torch::kLong).device(device)),

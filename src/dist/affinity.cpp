@@ -146,6 +146,25 @@ std::vector<std::vector<int>> plan_affinity(
       by_node[near].push_back(l);
     }
   }
+  // Groups whose cores overlap (one GPU says every core is near it), or no
+  // core left for the workers without a known GPU node: the plain plan,
+  // which never overlaps while there are enough cores.
+  std::vector<int> near_any;
+  size_t near_total = 0;
+  for (const auto& [near, workers] : by_node) {
+    near_total += near.size();
+    near_any.insert(near_any.end(), near.begin(), near.end());
+  }
+  std::sort(near_any.begin(), near_any.end());
+  near_any.erase(std::unique(near_any.begin(), near_any.end()), near_any.end());
+  if (near_any.size() != near_total ||
+      allowed.size() - near_any.size() < elsewhere.size()) {
+    by_node.clear();
+    elsewhere.clear();
+    for (size_t l = 0; l < n; ++l) {
+      elsewhere.push_back(l);
+    }
+  }
   std::vector<int> taken;
   for (const auto& [near, workers] : by_node) {
     const auto shares = split(near, workers.size());
@@ -163,7 +182,7 @@ std::vector<std::vector<int>> plan_affinity(
       taken.begin(),
       taken.end(),
       std::back_inserter(rest));
-  const auto shares = split(rest.empty() ? allowed : rest, elsewhere.size());
+  const auto shares = split(rest, elsewhere.size());
   for (size_t i = 0; i < elsewhere.size(); ++i) {
     plan[elsewhere[i]] = shares[i];
   }

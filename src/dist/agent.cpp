@@ -64,6 +64,9 @@ struct Agent::Impl {
   std::optional<std::string> silent_machine(
       std::chrono::steady_clock::time_point now) {
     for (auto& [m, last] : seen) {
+      if (store->check({done_key(m)})) {
+        continue;  // finished this round: its launcher may be gone
+      }
       const std::string k = key("heartbeat", m);
       const std::string value = store->check({k}) ? text_of(store->get(k)) : "";
       if (value != last.first) {
@@ -77,6 +80,9 @@ struct Agent::Impl {
       }
     }
     return std::nullopt;
+  }
+  std::string done_key(int64_t machine) const {
+    return key("r" + std::to_string(round) + "/done", machine);
   }
   std::string where() const {
     return o.master_addr + ":" + std::to_string(o.port);
@@ -108,6 +114,15 @@ Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>()) {
               "machine, or stop what holds this one (ss -ltnp 'sport = :" +
               std::to_string(im.o.port) + "').");
     }
+    if (so.isServer) {
+      throw DistributedError(
+          component::kLaunch,
+          "machine 0 could not open the rendezvous at " + im.where() + ": " +
+              what +
+              ". --main_process_ip must be an address of this machine (the "
+              "others connect to it), and --main_process_port a port it may "
+              "listen on.");
+    }
     throw DistributedError(
         component::kLaunch,
         "machine " + std::to_string(im.o.machine_rank) +
@@ -120,7 +135,9 @@ Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>()) {
             "--main_process_ip/--main_process_port and that the port is "
             "open between the machines.");
   }
-  im.store->setTimeout(im.o.join_timeout);
+  // Each store operation is bounded by the heartbeat timeout: a machine 0
+  // that vanished without closing the connection is noticed as a silence.
+  im.store->setTimeout(std::min(im.o.join_timeout, im.o.heartbeat_timeout));
 }
 
 Agent::~Agent() = default;
@@ -155,9 +172,10 @@ bool Agent::join(int64_t round, const std::function<bool()>& stop) {
       const auto now = std::chrono::steady_clock::now();
       im.beat(now);
       if (const auto lost = im.silent_machine(now)) {
-        throw DistributedError(
-            component::kLaunch,
-            "round " + std::to_string(round) + " cannot start: " + *lost + ".");
+        const std::string why =
+            "round " + std::to_string(round) + " cannot start: " + *lost + ".";
+        report_failure(why);  // the others stop waiting too
+        throw DistributedError(component::kLaunch, why);
       }
     } catch (const DistributedError&) {
       throw;
@@ -183,15 +201,16 @@ bool Agent::join(int64_t round, const std::function<bool()>& stop) {
                 " while waiting for round " + std::to_string(round) + ": " +
                 store_error + ". Look at machine 0's output.");
       }
-      throw DistributedError(
-          component::kLaunch,
+      const std::string why =
           "machine" + std::string(missing.size() > 1 ? "s " : " ") +
-              ampkit::detail::join(missing, ", ") + " of " +
-              std::to_string(im.o.num_machines) + " did not join at " +
-              im.where() + " within " + seconds(im.o.join_timeout) +
-              " (--join_timeout). Start `ampkit launch --machine_rank N` on "
-              "each machine with the same --num_machines, --main_process_ip "
-              "and --main_process_port.");
+          ampkit::detail::join(missing, ", ") + " of " +
+          std::to_string(im.o.num_machines) + " did not join at " + im.where() +
+          " within " + seconds(im.o.join_timeout) +
+          " (--join_timeout). Start `ampkit launch --machine_rank N` on "
+          "each machine with the same --num_machines, --main_process_ip "
+          "and --main_process_port.";
+      report_failure(why);  // the machines that came stop waiting too
+      throw DistributedError(component::kLaunch, why);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -236,6 +255,9 @@ std::optional<std::string> Agent::check() {
 void Agent::report_failure(const std::string& message) {
   auto& im = *impl_;
   try {
+    if (im.store->check({im.failed_key()})) {
+      return;  // the first failure of a round is the one to tell
+    }
     im.store->set(
         im.failed_key(),
         bytes_of(
@@ -247,31 +269,63 @@ void Agent::report_failure(const std::string& message) {
 
 void Agent::leave(const std::string& why) {
   auto& im = *impl_;
-  try {
-    im.store->set(
-        im.failed_key(im.round + 1),
-        bytes_of("machine " + std::to_string(im.o.machine_rank) + " " + why));
-  } catch (const std::exception&) {
-    // The store is gone: the others see that by themselves.
+  const std::string message =
+      "machine " + std::to_string(im.o.machine_rank) + " " + why;
+  for (const int64_t r : {im.round, im.round + 1}) {
+    try {
+      if (!im.store->check({im.failed_key(r)})) {
+        im.store->set(im.failed_key(r), bytes_of(message));
+      }
+    } catch (const std::exception&) {
+      // The store is gone: the others see that by themselves.
+    }
   }
 }
 
-void Agent::finish() {
+bool Agent::finish(const std::function<bool()>& stop) {
   auto& im = *impl_;
   try {
-    im.store->set(
-        im.key("r" + std::to_string(im.round) + "/done", im.o.machine_rank),
-        bytes_of("1"));
-    if (im.o.machine_rank != 0) {
-      return;
-    }
-    std::vector<std::string> keys;
-    for (int64_t m = 0; m < im.o.num_machines; ++m) {
-      keys.push_back(im.key("r" + std::to_string(im.round) + "/done", m));
-    }
-    im.store->wait(keys, im.o.heartbeat_timeout);
+    im.store->set(im.done_key(im.o.machine_rank), bytes_of("1"));
   } catch (const std::exception&) {
-    // A machine that does not finish is reported by its own launcher.
+    // Machine 0 is gone; it saw this machine's workers finish or not.
+    return im.o.machine_rank != 0;
+  }
+  if (im.o.machine_rank != 0) {
+    return true;
+  }
+  // Machine 0 hosts the store: it stays until every machine finished (they
+  // may still be saving), a machine failed, or one went silent.
+  while (!(stop && stop())) {
+    const auto now = std::chrono::steady_clock::now();
+    try {
+      im.beat(now);
+      if (im.store->check({im.failed_key()})) {
+        return false;
+      }
+      bool all = true;
+      for (int64_t m = 0; m < im.o.num_machines && all; ++m) {
+        all = im.store->check({im.done_key(m)});
+      }
+      if (all) {
+        return true;
+      }
+      if (im.silent_machine(now)) {
+        return false;
+      }
+    } catch (const std::exception&) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
+}
+
+void Agent::beat() {
+  auto& im = *impl_;
+  try {
+    im.beat(std::chrono::steady_clock::now());
+  } catch (const std::exception&) {
+    // check() reports a store that stopped answering.
   }
 }
 

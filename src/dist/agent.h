@@ -51,12 +51,16 @@ class Agent {
   std::optional<std::string> check();
   /// Publishes this machine's failure for the others (best effort).
   void report_failure(const std::string& message);
-  /// This machine will not start another round (no restarts left, or
-  /// interrupted): the others stop waiting for it at once.
+  /// This machine stops (no restarts left, or interrupted): the others
+  /// stop this round's workers and stop waiting for the next round.
   void leave(const std::string& why);
-  /// This machine's workers finished. Machine 0 keeps the store open until
-  /// every machine said so (at most heartbeat_timeout).
-  void finish();
+  /// This machine's workers finished this round. Machine 0 (which hosts
+  /// the store) then waits, beating, until every machine finished (true),
+  /// or one failed or went silent, or `stop` says so (false).
+  bool finish(const std::function<bool()>& stop);
+  /// A heartbeat while nothing else calls check() (waiting for workers to
+  /// save after a signal); best effort.
+  void beat();
 
  private:
   struct Impl;

@@ -478,6 +478,9 @@ class Group {
       if (!running) {
         break;
       }
+      if (agent_ != nullptr) {
+        agent_->beat();  // saving after a signal is not a silence
+      }
       unsigned char sig = 0;
       pollfd signal_fd{g_signal_pipe[0], POLLIN, 0};
       if (forward && ::poll(&signal_fd, 1, 0) > 0 &&
@@ -688,55 +691,73 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
         component::kLaunch,
         std::string("pipe failed: ") + std::strerror(errno));
   }
+  // The handlers and the pipe are undone however launch() ends (a machine
+  // that did not join throws).
+  struct SignalsRestored {
+    ~SignalsRestored() {
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGUSR1, SIG_DFL);
+      ::close(g_signal_pipe[0]);
+      ::close(g_signal_pipe[1]);
+    }
+  } restore_signals;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGUSR1, &sa, nullptr);  // Slurm's --signal
   Reaper reaper;
+  // A signal while waiting for the other machines: nothing runs here yet.
+  int waiting_signal = 0;
+  auto signalled = [&waiting_signal] {
+    pollfd signal_fd{g_signal_pipe[0], POLLIN, 0};
+    unsigned char sig = 0;
+    if (::poll(&signal_fd, 1, 0) > 0 &&
+        ::read(g_signal_pipe[0], &sig, 1) == 1) {
+      waiting_signal = sig;
+    }
+    return waiting_signal != 0;
+  };
   int code = 0;
   for (int64_t attempt = 0;; ++attempt) {
     if (agent) {
       // Every machine starts round `attempt` together: a restart anywhere
       // is a restart everywhere.
-      const bool joined = agent->join(attempt, [] {
-        pollfd signal_fd{g_signal_pipe[0], POLLIN, 0};
-        return ::poll(&signal_fd, 1, 0) > 0;
-      });
-      if (!joined) {
-        err << "ampkit launch: interrupted while waiting for the other "
-               "machines; nothing was started"
+      if (!agent->join(attempt, signalled)) {
+        err << "ampkit launch: " << ::strsignal(waiting_signal)
+            << " while waiting for the other machines; nothing was started"
             << std::endl;
-        code = 130;
+        agent->leave("was interrupted while waiting for the others");
+        code = 128 + waiting_signal;
         break;
       }
     }
     Group group(o, out, err, port, reaper, agent.get(), attempt);
     group.start();
     code = group.monitor();
-    if (code == 0 && agent) {
-      agent->finish();
+    if (code == 0 && agent && !agent->finish(signalled)) {
+      err << "ampkit launch: this machine's workers finished, but another "
+             "machine's did not (its launcher says why)"
+          << std::endl;
+      code = 1;
     }
     if (code == 0) {
       break;
     }
-    if (group.interrupted || attempt >= o.max_restarts) {
+    if (group.interrupted || waiting_signal != 0 || attempt >= o.max_restarts) {
       if (agent) {
         agent->leave(
-            group.interrupted ? "was interrupted"
-                              : "has no restarts left (--max_restarts " +
-                                    std::to_string(o.max_restarts) + ")");
+            group.interrupted || waiting_signal != 0
+                ? "was interrupted"
+                : "has no restarts left (--max_restarts " +
+                      std::to_string(o.max_restarts) + ")");
       }
       break;
     }
     err << "ampkit launch: restarting the group (" << attempt + 1 << " of "
         << o.max_restarts << ")" << std::endl;
   }
-  ::signal(SIGINT, SIG_DFL);
-  ::signal(SIGTERM, SIG_DFL);
-  ::signal(SIGUSR1, SIG_DFL);
-  ::close(g_signal_pipe[0]);
-  ::close(g_signal_pipe[1]);
   return code;
 }
 

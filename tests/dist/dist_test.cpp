@@ -487,6 +487,12 @@ TEST(LaunchAffinityTest, SharesAreDisjointAndFollowTheGpusNumaNodes) {
   EXPECT_EQ(
       d::plan_affinity(d::parse_cpu_list("0-5"), 2, {node1, {}}),
       (Cores{{4, 5}, {0, 1, 2, 3}}));
+  // Every allowed core near some GPU and a worker whose GPU's node is
+  // unknown, or GPU nodes that overlap: the plain plan, still disjoint.
+  EXPECT_EQ(d::plan_affinity(node0, 2, {node0, {}}), (Cores{{0, 1}, {2, 3}}));
+  EXPECT_EQ(
+      d::plan_affinity(eight, 2, {eight, node1}),
+      (Cores{{0, 1, 2, 3}, {4, 5, 6, 7}}));
   // More workers than cores: each still gets one.
   EXPECT_EQ(d::plan_affinity({0, 1}, 3), (Cores{{0}, {1}, {0}}));
 }

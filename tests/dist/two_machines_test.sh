@@ -127,11 +127,18 @@ grep -q "rank 0 finished" "$out/r0.log" || { cat "$out/r0.log"; fail "rank 0 did
 echo "two_machines_test: a failure on machine 1 restarted both machines; done in $took s"
 
 # Machine 1 hangs: machine 0 names it after --heartbeat_timeout 3.
-launcher "$na" 0 --heartbeat_timeout 3 sleep 60 > "$out/h0.log" 2>&1 &
+launcher "$na" 0 --join_timeout 60 --heartbeat_timeout 3 sleep 60 > "$out/h0.log" 2>&1 &
 pa=$!
-launcher "$nb" 1 --heartbeat_timeout 3 sleep 60 > "$out/h1.log" 2>&1 &
-sleep 2
-launcher_pid=$(pgrep -f -o -- "--machine_rank 1 .*--heartbeat_timeout 3")
+launcher "$nb" 1 --join_timeout 60 --heartbeat_timeout 3 sleep 60 > "$out/h1.log" 2>&1 &
+# Hung only once both machines joined and machine 1's worker runs (before
+# the join, --join_timeout bounds the wait, tested above).
+for _ in $(seq 600); do
+  for p in $(ip netns pids "$nb"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ] && break 2
+  done
+  sleep 0.1
+done
+launcher_pid=$(pgrep -f -o -- "--machine_rank 1 .*--main_process_port $port --join_timeout 60 --heartbeat_timeout 3")
 [ -n "$launcher_pid" ] || fail "cannot find machine 1's launcher"
 kill -STOP "$launcher_pid"
 start=$SECONDS
