@@ -250,6 +250,34 @@ void Accelerator::register_checkpoint_object(
 
 namespace {
 
+// What the processes agree on while saving and resuming (the next
+// checkpoint number, how many failed a check, the range of checkpoints):
+// each process's int64 values combined by `op`, on every process. A
+// collective.
+std::vector<int64_t> agree(
+    Accelerator& accelerator,
+    const detail::AcceleratorState& st,
+    const std::vector<int64_t>& values,
+    ReduceOp op) {
+  const torch::Tensor combined =
+      accelerator
+          .reduce(
+              torch::tensor(
+                  values,
+                  torch::dtype(torch::kLong).device(detail::device(st))),
+              op)
+          .to(torch::kCPU)
+          .contiguous();
+  const int64_t* data = combined.data_ptr<int64_t>();
+  return std::vector<int64_t>(data, data + combined.numel());
+}
+
+// How many processes say `yes` (a collective).
+int64_t count_of(
+    Accelerator& accelerator, const detail::AcceleratorState& st, bool yes) {
+  return agree(accelerator, st, {yes ? 1 : 0}, ReduceOp::sum)[0];
+}
+
 // The settings that shape training must be the ones the checkpoint was
 // saved with: another accumulation would run a half window with the wrong
 // loss scale, another precision or ZeRO stage a different run. Checked
@@ -336,13 +364,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
       if (num_processes() > 1) {
         // Machines with folders of their own agree on the next number.
         st.checkpoint_iteration =
-            reduce(
-                torch::tensor(
-                    {st.checkpoint_iteration},
-                    torch::dtype(torch::kLong).device(detail::device(st))),
-                ReduceOp::max)
-                .to(torch::kCPU)
-                .item<int64_t>();
+            agree(*this, st, {st.checkpoint_iteration}, ReduceOp::max)[0];
       }
     }
     iteration = st.checkpoint_iteration;
@@ -417,14 +439,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     // Every process must see its writer's partial folder; one that does
     // not fails every process, not only itself (the others would wait).
     const bool lost = !writer && !fs::is_directory(ck::partial_dir(target));
-    const int64_t lost_count =
-        reduce(
-            torch::tensor(
-                {lost ? int64_t{1} : int64_t{0}},
-                torch::dtype(torch::kLong).device(device)),
-            ReduceOp::sum)
-            .to(torch::kCPU)
-            .item<int64_t>();
+    const int64_t lost_count = count_of(*this, st, lost);
     if (lost_count > 0) {
       throw IoError(
           component::kAccelerator,
@@ -730,15 +745,7 @@ std::optional<std::string> Accelerator::latest_checkpoint(
   } catch (const IoError& e) {
     damaged = e;
   }
-  const auto device = detail::device(*state_);
-  const int64_t damaged_count =
-      reduce(
-          torch::tensor(
-              {damaged ? int64_t{1} : int64_t{0}},
-              torch::dtype(torch::kLong).device(device)),
-          ReduceOp::sum)
-          .to(torch::kCPU)
-          .item<int64_t>();
+  const int64_t damaged_count = count_of(*this, *state_, damaged.has_value());
   if (damaged) {
     throw *damaged;
   }
@@ -759,13 +766,9 @@ std::optional<std::string> Accelerator::latest_checkpoint(
       n = number;
     }
   }
-  const torch::Tensor range =
-      reduce(
-          torch::tensor({-n, n}, torch::dtype(torch::kLong).device(device)),
-          ReduceOp::max)
-          .to(torch::kCPU);
-  const int64_t lowest = -range[0].item<int64_t>();
-  const int64_t highest = range[1].item<int64_t>();
+  const auto range = agree(*this, *state_, {-n, n}, ReduceOp::max);
+  const int64_t lowest = -range[0];
+  const int64_t highest = range[1];
   if (highest < 0) {
     return std::nullopt;
   }
@@ -796,13 +799,7 @@ std::optional<std::string> Accelerator::latest_checkpoint(
       }
     }
   }
-  const int64_t missing = reduce(
-                              torch::tensor(
-                                  {chosen ? int64_t{0} : int64_t{1}},
-                                  torch::dtype(torch::kLong).device(device)),
-                              ReduceOp::sum)
-                              .to(torch::kCPU)
-                              .item<int64_t>();
+  const int64_t missing = count_of(*this, *state_, !chosen.has_value());
   if (missing > 0) {
     throw IoError(
         component::kAccelerator,
