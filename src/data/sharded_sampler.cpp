@@ -110,12 +110,26 @@ struct ShardedSampler::State {
   // This process's batches of this epoch, and how many were yielded.
   std::vector<std::vector<size_t>> batches;
   size_t position = 0;
-  // From load(): batches the resumed epoch's first next() skips, at B =
-  // skip_batch.
+  // Where this epoch's batches begin in its order: 0, or for an epoch
+  // resumed by load() the samples consumed before the save.
+  size_t start = 0;
+  // From skip_first_batches(): batches the next epoch's first next() skips.
   size_t skip = 0;
-  size_t skip_batch = 0;
+  // From load(): the sample the next epoch's batches begin at.
+  size_t skip_samples = 0;
 
-  std::vector<std::vector<size_t>> shard(size_t batch_size) const {
+  // The global batch for B.
+  size_t global(size_t batch_size) const {
+    return batch_sizes(options, batch_size).first;
+  }
+
+  // This epoch's batches from sample `from` of its order on: the rest is
+  // padded or cut as a whole epoch is, so that from = 0, or any multiple of
+  // the global batch, gives exactly the batches a whole epoch has there.
+  // A checkpoint saved by another number of processes resumes at a sample
+  // that need not be such a multiple; every sample after it is still seen
+  // once.
+  std::vector<std::vector<size_t>> shard(size_t batch_size, size_t from) const {
     const auto [global, part] = batch_sizes(options, batch_size);
     std::vector<size_t> order(n);
     if (options.shuffle()) {
@@ -133,21 +147,24 @@ struct ShardedSampler::State {
         order[i] = i;
       }
     }
+    std::vector<size_t> rest(order.begin() + std::min(from, n), order.end());
+    const size_t m = rest.size();
     if (options.drop_last()) {
-      order.resize(n / global * global);
-    } else if (pads(options) && n % global != 0) {
-      const size_t padded = (n / global + 1) * global;
-      for (size_t i = n; i < padded; ++i) {
-        order.push_back(order[(i - n) % n]);
+      rest.resize(m / global * global);
+    } else if (pads(options) && m % global != 0) {
+      // Padding repeats the epoch's order from its start.
+      const size_t padded = (m / global + 1) * global;
+      for (size_t i = m; i < padded; ++i) {
+        rest.push_back(order[(i - m) % n]);
       }
     }
     const auto r = static_cast<size_t>(options.process_index());
     std::vector<std::vector<size_t>> out;
-    for (size_t start = 0; start < order.size(); start += global) {
-      const size_t from = std::min(order.size(), start + r * part);
-      const size_t to = std::min(order.size(), start + (r + 1) * part);
-      if (from < to) {
-        out.emplace_back(order.begin() + from, order.begin() + to);
+    for (size_t begin = 0; begin < rest.size(); begin += global) {
+      const size_t lo = std::min(rest.size(), begin + r * part);
+      const size_t hi = std::min(rest.size(), begin + (r + 1) * part);
+      if (lo < hi) {
+        out.emplace_back(rest.begin() + lo, rest.begin() + hi);
       }
     }
     return out;
@@ -187,6 +204,7 @@ void ShardedSampler::reset(torch::optional<size_t> new_size) {
     s.epoch_chosen = false;
   } else {
     s.skip = 0;
+    s.skip_samples = 0;
     if (s.resets > 0) {
       ++s.epoch;
     }
@@ -195,25 +213,18 @@ void ShardedSampler::reset(torch::optional<size_t> new_size) {
   s.batches.clear();
   s.batch = 0;
   s.position = 0;
+  s.start = 0;
 }
 
 torch::optional<std::vector<size_t>> ShardedSampler::next(size_t batch_size) {
   auto& s = *state_;
   if (s.batch == 0) {
-    if (s.skip > 0 && s.skip_batch != 0 && batch_size != s.skip_batch) {
-      throw UsageError(
-          component::kShardedSampler,
-          "the resumed epoch " + std::to_string(s.epoch) + " was saved after " +
-              std::to_string(s.skip) + " batches of size " +
-              std::to_string(s.skip_batch) + ", got batch size " +
-              std::to_string(batch_size) +
-              ". Resume with the loader's batch_size " +
-              std::to_string(s.skip_batch) + ".");
-    }
-    s.batches = s.shard(batch_size);
+    s.start = std::min(s.skip_samples, s.n);
+    s.batches = s.shard(batch_size, s.start);
     s.batch = batch_size;
     s.position = std::min(s.skip, s.batches.size());
     s.skip = 0;
+    s.skip_samples = 0;
   } else if (batch_size != s.batch) {
     throw UsageError(
         component::kShardedSampler,
@@ -250,9 +261,22 @@ void ShardedSampler::save_position(
             std::to_string(s.position) + " in epoch " +
             std::to_string(s.epoch) + ".");
   }
+  // The position as samples of the epoch's order, which any number of
+  // processes can continue from; the epoch is finished when process 0 (the
+  // one with the most batches) has had all of its batches.
+  size_t samples = s.start;
+  bool finished = false;
+  if (s.batch > 0) {
+    samples = std::min(s.n, s.start + batches * s.global(s.batch));
+    auto first = o;
+    first.process_index(0);
+    finished = batches >= count_batches(s.n - s.start, first, s.batch);
+  }
   write_int(archive, "epoch", s.epoch);
   // Whether `epoch` is under way (else the next reset() starts it).
   write_int(archive, "epoch_started", s.resets > 0 && !s.epoch_chosen);
+  write_int(archive, "samples_consumed", static_cast<int64_t>(samples));
+  write_int(archive, "epoch_finished", finished);
   write_int(archive, "batches_yielded", static_cast<int64_t>(batches));
   write_int(archive, "batch_size", static_cast<int64_t>(s.batch));
   write_int(archive, "dataset_size", static_cast<int64_t>(s.n));
@@ -269,8 +293,6 @@ void ShardedSampler::load(torch::serialize::InputArchive& archive) {
   auto& s = *state_;
   auto& o = s.options;
   check_same(
-      "num_processes", read_int(archive, "num_processes"), o.num_processes());
-  check_same(
       "dataset size",
       read_int(archive, "dataset_size"),
       static_cast<int64_t>(s.n));
@@ -280,7 +302,9 @@ void ShardedSampler::load(torch::serialize::InputArchive& archive) {
   check_same(
       "split_batches", read_int(archive, "split_batches"), o.split_batches());
   check_same("drop_last", read_int(archive, "drop_last"), o.drop_last());
-  // process_index is not checked: every rank may resume from one file.
+  // num_processes and process_index are not checked: the position is in
+  // samples, which any number of processes continues from.
+  const int64_t saved_processes = read_int(archive, "num_processes");
   read_int(archive, "process_index");
   const auto seed = static_cast<uint64_t>(read_int(archive, "seed"));
   int64_t epoch = read_int(archive, "epoch");
@@ -288,23 +312,36 @@ void ShardedSampler::load(torch::serialize::InputArchive& archive) {
   const auto yielded =
       static_cast<size_t>(read_int(archive, "batches_yielded"));
   const auto batch = static_cast<size_t>(read_int(archive, "batch_size"));
-
-  size_t skip = 0;
+  size_t samples = 0;
+  bool finished = false;
+  torch::Tensor value;
+  if (archive.try_read("samples_consumed", value, /*is_buffer=*/true)) {
+    samples = static_cast<size_t>(value.item<int64_t>());
+    finished = read_int(archive, "epoch_finished") != 0;
+  } else if (batch > 0) {
+    // Written before positions were samples: whole epochs of batches.
+    auto then = o;
+    then.num_processes(saved_processes).process_index(0);
+    samples = std::min(s.n, yielded * batch_sizes(then, batch).first);
+    finished = yielded >= count_batches(s.n, then, batch);
+  }
+  size_t skip_samples = 0;
   if (started && batch > 0) {
-    if (yielded >= count_batches(s.n, o, batch)) {
+    if (finished) {
       ++epoch;
     } else {
-      skip = yielded;
+      skip_samples = samples;
     }
   }
   o.seed(seed);
   s.epoch = epoch;
   s.epoch_chosen = true;
-  s.skip = skip;
-  s.skip_batch = batch;
+  s.skip = 0;
+  s.skip_samples = skip_samples;
   s.batches.clear();
   s.batch = 0;
   s.position = 0;
+  s.start = 0;
 }
 
 int64_t ShardedSampler::epoch() const {
@@ -325,8 +362,8 @@ void ShardedSampler::skip_first_batches(size_t n) {
     s.epoch += s.resets > 0 ? 1 : 0;
     s.epoch_chosen = true;
   }
-  s.skip = n;
-  s.skip_batch = 0;  // counted in whatever batch size the loader asks
+  s.skip = n;  // counted in whatever batch size the loader asks
+  s.skip_samples = 0;
 }
 
 size_t ShardedSampler::dataset_size() const {
@@ -338,7 +375,7 @@ size_t ShardedSampler::remainder() const {
   if (s.last_batch == 0 || s.options.drop_last() || !pads(s.options)) {
     return 0;
   }
-  return s.n % batch_sizes(s.options, s.last_batch).first;
+  return (s.n - std::min(s.start, s.n)) % s.global(s.last_batch);
 }
 
 size_t ShardedSampler::batches_per_epoch(size_t batch_size) const {

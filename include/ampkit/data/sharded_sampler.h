@@ -68,7 +68,8 @@ class ShardedSampler : public torch::data::samplers::Sampler<> {
   /// The first call of an epoch fixes B; another B within the epoch is an
   /// ampkit::UsageError, B = 0 an ampkit::InvalidArgument.
   torch::optional<std::vector<size_t>> next(size_t batch_size) override;
-  /// Writes the epoch, batches yielded, B, n and the options.
+  /// Writes the epoch, its position as samples consumed of the epoch's
+  /// order (and batches yielded, B), n and the options.
   void save(torch::serialize::OutputArchive& archive) const override;
   /// save() as if `batches` of the current epoch had been yielded: the
   /// training loop's position, behind next()'s by what the loader
@@ -78,11 +79,13 @@ class ShardedSampler : public torch::data::samplers::Sampler<> {
   /// Batches the next epoch skips (a resumed one's position), else 0.
   size_t pending_skip() const;
   /// Resumes what save() wrote: the next reset() restarts the saved epoch
-  /// and its first next() skips the batches already yielded (an epoch saved
-  /// finished resumes at the following epoch). Restores the seed; a
-  /// different num_processes, dataset size, shuffle, even_batches,
-  /// split_batches or drop_last is an ampkit::InvalidArgument. Call it
-  /// before iterating the loader.
+  /// at the first sample not yet consumed (an epoch saved finished resumes
+  /// at the following epoch). The position is in samples, so any number of
+  /// processes and any batch size continue the epoch with every remaining
+  /// sample once: the rest of the epoch's order is padded or cut as a
+  /// whole epoch is, then shared out. Restores the seed; a different
+  /// dataset size, shuffle, even_batches, split_batches or drop_last is an
+  /// ampkit::InvalidArgument. Call it before iterating the loader.
   void load(torch::serialize::InputArchive& archive) override;
 
   /// The epoch the last reset() started (before any reset(): the one the
@@ -92,19 +95,23 @@ class ShardedSampler : public torch::data::samplers::Sampler<> {
   void set_epoch(int64_t epoch);
   /// accelerate's skip_first_batches: the next epoch starts at batch `n`
   /// (an epoch resumed by load() keeps its epoch, and `n` replaces the
-  /// skip load() set, so a ported script that skips its resume step after
-  /// load_state skips it once). n beyond the epoch yields nothing.
+  /// position load() set, so a ported script that skips its resume step
+  /// after load_state skips it once; resumed with another number of
+  /// processes, such a script's `n` counts the old batches, so let load()
+  /// alone place it). n beyond the epoch yields nothing.
   void skip_first_batches(size_t n);
   size_t dataset_size() const;
   /// Real samples in the last step's batches gathered over all processes:
-  /// n % (W*B) (split_batches: n % B), for dropping the padding from
+  /// m % (W*B) (split_batches: m % B), m the epoch's samples (n, or what
+  /// a resumed epoch had left), for dropping the padding from
   /// gathered results. 0 when the last gathered step holds only real
   /// samples, with drop_last or without even_batches. B is the batch size
   /// of the last next() call; before any next() call, 0.
   size_t remainder() const;
   /// Batches this process yields per epoch for loader batch size B.
   size_t batches_per_epoch(size_t batch_size) const;
-  /// Batches next() has yielded in the current epoch. With loader workers
+  /// Batches next() has yielded in the current epoch (a resumed epoch
+  /// counts from where it resumed). With loader workers
   /// this runs ahead of the training loop by the loader's prefetched jobs.
   size_t batches_yielded() const;
   const ShardedSamplerOptions& options() const;
