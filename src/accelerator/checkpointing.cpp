@@ -1,6 +1,7 @@
 // Accelerator::save_state / load_state / save_model / load_model: what goes
 // into a checkpoint and in which order the processes write it. The file
 // format and crash safety are the checkpoint layer's.
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
@@ -129,6 +130,50 @@ RngState decode_rng(const std::string& bytes, const std::string& origin) {
   return rng;
 }
 
+// The generator states a process resumes with: its own saved ones, or for
+// a process that did not exist when the checkpoint was saved (resumed on
+// more processes) a seed derived from process 0's: the seed its CPU
+// generator was last seeded with, plus this process's index, as
+// accelerate's set_seed(seed, device_specific=True) seeds each process.
+struct ResumedRng {
+  std::optional<RngState> saved;
+  uint64_t seed = 0;
+
+  void apply() const {
+    if (saved) {
+      set_rng_state(*saved);
+    } else {
+      set_seed(seed);
+    }
+  }
+};
+
+template <typename File, typename Path>
+ResumedRng resumed_rng(
+    const ck::Manifest& m,
+    const std::string& dir,
+    int64_t rank,
+    const File& file,
+    const Path& path) {
+  ResumedRng out;
+  if (m.find(rng_file(rank)) != nullptr) {
+    out.saved = decode_rng(file(rng_file(rank)), path(rng_file(rank)));
+    return out;
+  }
+  if (rank < m.world_size) {
+    throw IoError(
+        component::kAccelerator,
+        dir + " lacks " + rng_file(rank) + ", the generator state of process " +
+            std::to_string(rank) + " of the " + std::to_string(m.world_size) +
+            " that saved it. Restore the file from a copy of the checkpoint.");
+  }
+  const RngState first = decode_rng(file(rng_file(0)), path(rng_file(0)));
+  auto generator = at::make_generator<at::CPUGeneratorImpl>();
+  generator.set_state(first.cpu);
+  out.seed = generator.current_seed() + static_cast<uint64_t>(rank);
+  return out;
+}
+
 // How many files of one kind a checkpoint has: model.safetensors,
 // model_1.safetensors, ...
 size_t count_indexed(
@@ -141,9 +186,10 @@ size_t count_indexed(
   return n;
 }
 
-// Optimizer i was saved as it is prepared now: sharded with the same
-// partition of the same processes, or whole.
-void check_partition(
+// Optimizer i was saved as it is prepared now: whole, or sharded by the
+// same stage. Sharded at other boundaries (another process count) it is
+// re-split; returns whether it must be.
+bool check_partition(
     const ck::Manifest& m,
     const std::string& dir,
     size_t i,
@@ -152,11 +198,8 @@ void check_partition(
                                             ? m.optimizer_partitions[i]
                                             : ck::Manifest::Partition();
   const int64_t stage = entry.sharded ? entry.sharded->stage() : 0;
-  const bool same = entry.sharded
-                        ? saved.boundaries == entry.sharded->boundaries()
-                        : saved.zero_stage == 0;
-  if (same) {
-    return;
+  if (saved.zero_stage == stage) {
+    return entry.sharded && saved.boundaries != entry.sharded->boundaries();
   }
   throw InvalidArgument(
       component::kAccelerator,
@@ -165,12 +208,9 @@ void check_partition(
                ? " sharded by zero_stage " + std::to_string(saved.zero_stage)
                : std::string(" whole (zero_stage 0)")) +
           ", but this run prepares it " +
-          (stage > 0 ? "sharded by zero_stage " + std::to_string(stage) +
-                           " over other parameters"
+          (stage > 0 ? "sharded by zero_stage " + std::to_string(stage)
                      : std::string("whole (zero_stage 0)")) +
-          ". Resume with the zero_stage, process count and model it was "
-          "saved with: a sharded optimizer state cannot be re-split for "
-          "another process count.");
+          ". Resume with the zero_stage it was saved with.");
 }
 
 void check_count(
@@ -584,15 +624,6 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   // Each file is read once, its size and CRC checked against the manifest
   // as it is read, and all of them before anything is changed.
   const ck::Manifest m = ck::read_manifest(target);
-  if (m.world_size != num_processes()) {
-    throw InvalidArgument(
-        component::kAccelerator,
-        target + " was saved by " + std::to_string(m.world_size) +
-            " processes, this run has " + std::to_string(num_processes()) +
-            ". Resume with the same number of processes (ampkit launch "
-            "--num_processes " +
-            std::to_string(m.world_size) + ").");
-  }
   check_count(m, target, "models", "model", ".safetensors", st.models.size());
   check_count(
       m, target, "optimizers", "optimizer", ".bin", st.optimizers.size());
@@ -625,14 +656,40 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     const std::string name = indexed("model", i, ".safetensors");
     models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
   }
-  std::vector<std::string> optimizer_files;
-  std::vector<std::string> optimizers;
+  // Each optimizer's files: its own, or for a sharded optimizer saved by
+  // another number of processes every saved shard, to re-split.
+  std::vector<std::vector<std::string>> optimizer_files;
+  std::vector<std::vector<std::string>> optimizers;
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    check_partition(m, target, i, st.optimizers[i]);
-    optimizer_files.push_back(
-        st.optimizers[i].sharded ? shard_file(i, process_index())
-                                 : indexed("optimizer", i, ".bin"));
-    optimizers.push_back(file(optimizer_files.back()));
+    auto& names = optimizer_files.emplace_back();
+    if (check_partition(m, target, i, st.optimizers[i])) {
+      const auto& saved = m.optimizer_partitions[i].boundaries;
+      for (size_t q = 0; q + 1 < saved.size(); ++q) {
+        names.push_back(shard_file(i, static_cast<int64_t>(q)));
+        if (m.find(names.back()) == nullptr) {
+          throw IoError(
+              component::kAccelerator,
+              target + " lacks " + names.back() + ": resuming optimizer " +
+                  std::to_string(i) + " (zero_stage " +
+                  std::to_string(st.options.zero_stage) + ") on " +
+                  std::to_string(num_processes()) +
+                  " processes re-splits the shards of all " +
+                  std::to_string(saved.size() - 1) +
+                  " processes that saved it. On machines that share no "
+                  "filesystem, copy every machine's shard files into one "
+                  "checkpoint folder, or resume on " +
+                  std::to_string(saved.size() - 1) + " processes.");
+        }
+      }
+    } else {
+      names.push_back(
+          st.optimizers[i].sharded ? shard_file(i, process_index())
+                                   : indexed("optimizer", i, ".bin"));
+    }
+    auto& bytes = optimizers.emplace_back();
+    for (const auto& name : names) {
+      bytes.push_back(file(name));
+    }
   }
   std::vector<std::string> samplers;
   for (size_t i = 0; i < st.loaders.size(); ++i) {
@@ -660,8 +717,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     }
     registered.push_back(decode_state(file(name), path(name)));
   }
-  const RngState rng = decode_rng(
-      file(rng_file(process_index())), path(rng_file(process_index())));
+  const ResumedRng rng = resumed_rng(m, target, process_index(), file, path);
   nlohmann::json counters;
   try {
     counters = nlohmann::json::parse(file(kStateFile));
@@ -687,18 +743,28 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    const std::string& name = optimizer_files[i];
-    read_archive(optimizers[i], path(name), device, [&](auto& a) {
-      try {
-        st.optimizers[i].optimizer->load(a);
-      } catch (const c10::Error& e) {
-        throw InvalidArgument(
-            component::kAccelerator,
-            path(name) + " does not fit the prepared optimizer " +
-                std::to_string(i) + ": " + e.what_without_backtrace() +
-                ". Use the optimizer type and parameters it was saved with.");
-      }
-    });
+    auto load = [&](size_t k) {
+      const std::string& name = optimizer_files[i][k];
+      read_archive(optimizers[i][k], path(name), device, [&](auto& a) {
+        try {
+          st.optimizers[i].optimizer->load(a);
+        } catch (const c10::Error& e) {
+          throw InvalidArgument(
+              component::kAccelerator,
+              path(name) + " does not fit the prepared optimizer " +
+                  std::to_string(i) + ": " + e.what_without_backtrace() +
+                  ". Use the optimizer type and parameters it was saved "
+                  "with.");
+        }
+      });
+    };
+    if (optimizer_files[i].size() == 1) {
+      load(0);
+    } else {
+      st.optimizers[i].sharded->load_resplit(
+          m.optimizer_partitions[i].boundaries,
+          [&](int64_t q) { load(static_cast<size_t>(q)); });
+    }
   }
   for (size_t i = 0; i < st.schedulers.size(); ++i) {
     st.schedulers[i]->load_state_dict(schedulers[i]);
@@ -715,7 +781,22 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   for (size_t i = 0; i < st.registered.size(); ++i) {
     st.registered[i].load(registered[i]);
   }
-  set_rng_state(rng);
+  rng.apply();
+  if (m.world_size != num_processes() && is_main_process()) {
+    warn(
+        component::kAccelerator,
+        target + " was saved by " + std::to_string(m.world_size) +
+            " processes and resumes on " + std::to_string(num_processes()) +
+            ": each data loader continues its epoch at the first sample not "
+            "yet seen, sharded optimizer states are re-split exactly" +
+            (num_processes() > m.world_size
+                 ? ", and processes " + std::to_string(m.world_size) + " to " +
+                       std::to_string(num_processes() - 1) +
+                       ", which have no saved generator state, are seeded "
+                       "with process 0's seed plus their index"
+                 : std::string()) +
+            ".");
+  }
   st.optimizer_steps = counters["optimizer_steps"].get<int64_t>();
   st.skipped_steps = counters["skipped_steps"].get<int64_t>();
   st.skipped_pending = torch::Tensor();

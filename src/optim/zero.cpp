@@ -7,9 +7,12 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <map>
+#include <sstream>
 #include <unordered_set>
 
 #include "ampkit/error.h"
+#include "optim/compat.h"
 #include "utils/components.h"
 
 namespace ampkit::optim {
@@ -217,6 +220,7 @@ ShardedOptimizer::ShardedOptimizer(
     const int64_t group_begin = first < last ? offsets_[first] : 0;
     const int64_t group_end =
         first < last ? offsets_[last - 1] + params_[last - 1].numel() : 0;
+    group_ranges_.emplace_back(group_begin, group_end);
     const int64_t lo = std::clamp(group_begin, begin, end);
     const int64_t hi = std::clamp(group_end, begin, end);
     const int64_t length = std::max<int64_t>(hi - lo, 0);
@@ -310,6 +314,184 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
   torch::NoGradGuard no_grad;
   shard_grad_.zero_();
   reduced_ = false;
+}
+
+namespace {
+
+// An optimizer state's fields by name (what its serialize() writes: the
+// tensors and the numbers), and back.
+std::vector<std::pair<std::string, c10::IValue>> fields_of(
+    const torch::optim::OptimizerParamState& state) {
+  torch::serialize::OutputArchive out;
+  state.serialize(out);
+  std::stringstream bytes;
+  out.save_to(bytes);
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  std::vector<std::pair<std::string, c10::IValue>> fields;
+  for (const auto& key : in.keys()) {
+    c10::IValue value;
+    in.read(key, value);
+    fields.emplace_back(key, std::move(value));
+  }
+  return fields;
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState> state_from(
+    const torch::optim::OptimizerParamState& like,
+    const std::map<std::string, c10::IValue>& fields) {
+  torch::serialize::OutputArchive out;
+  for (const auto& [key, value] : fields) {
+    out.write(key, value);
+  }
+  std::stringstream bytes;
+  out.save_to(bytes);
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  auto state = like.clone();
+  state->serialize(in);
+  return state;
+}
+
+bool same_value(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isTensor() || b.isTensor()) {
+    return a.isTensor() && b.isTensor() && a.toTensor().equal(b.toTensor());
+  }
+  return a == b;
+}
+
+}  // namespace
+
+void ShardedOptimizer::load_resplit(
+    const std::vector<int64_t>& saved,
+    const std::function<void(int64_t)>& load) {
+  const int64_t total = boundaries_.back();
+  if (saved.size() < 2 || saved.front() != 0 || saved.back() != total ||
+      !std::is_sorted(saved.begin(), saved.end())) {
+    throw InvalidArgument(
+        component::kZero,
+        "the saved optimizer shards cover " +
+            (saved.empty() ? std::string("nothing")
+                           : std::to_string(saved.back()) + " elements") +
+            ", but this optimizer's parameters have " + std::to_string(total) +
+            ". Resume with the model and optimizer parameters it was saved "
+            "with.");
+  }
+  torch::NoGradGuard no_grad;
+  auto& groups = optimizer_.param_groups();
+  std::vector<torch::Tensor> mine;
+  for (auto& group : groups) {
+    mine.push_back(group.params()[0]);
+  }
+  const int64_t begin = boundaries_[rank_];
+  const int64_t end = boundaries_[rank_ + 1];
+  // Per group: each tensor field's parts within [begin, end) in flat order,
+  // the other fields, and a state to copy the type from.
+  struct Found {
+    std::map<std::string, std::vector<torch::Tensor>> parts;
+    std::map<std::string, c10::IValue> values;
+    std::unique_ptr<torch::optim::OptimizerParamState> like;
+  };
+  std::vector<Found> found(groups.size());
+  auto restore = [&] {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      groups[g].params() = {mine[g]};
+    }
+    optimizer_.state().clear();
+  };
+  try {
+    bool loaded_any = false;
+    const auto saved_count = static_cast<int64_t>(saved.size()) - 1;
+    for (int64_t q = 0; q < saved_count; ++q) {
+      const int64_t lo = saved[q];
+      const int64_t hi = saved[q + 1];
+      const bool overlaps = lo < end && begin < hi;
+      // An empty shard still needs the param groups' options once.
+      if (!overlaps && (loaded_any || begin < end || q + 1 < saved_count)) {
+        continue;
+      }
+      loaded_any = true;
+      std::vector<torch::Tensor> slices;
+      std::vector<int64_t> starts;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const auto [group_begin, group_end] = group_ranges_[g];
+        const int64_t a = std::clamp(group_begin, lo, hi);
+        const int64_t b = std::clamp(group_end, lo, hi);
+        starts.push_back(a);
+        slices.push_back(
+            torch::empty({std::max<int64_t>(b - a, 0)}, flat_.options()));
+        groups[g].params() = {slices.back()};
+      }
+      optimizer_.state().clear();
+      load(q);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        auto it = optimizer_.state().find(ampkit::detail::state_key(slices[g]));
+        if (it == optimizer_.state().end()) {
+          continue;
+        }
+        const int64_t length = slices[g].numel();
+        const int64_t from = std::max(starts[g], begin) - starts[g];
+        const int64_t to = std::clamp(
+            std::min(starts[g] + length, end) - starts[g], from, length);
+        for (auto& [key, value] : fields_of(*it->second)) {
+          if (value.isTensor()) {
+            const auto& t = value.toTensor();
+            if (t.numel() != length) {
+              throw InvalidArgument(
+                  component::kZero,
+                  "saved shard " + std::to_string(q) + "'s '" + key +
+                      "' of param group " + std::to_string(g) + " has " +
+                      std::to_string(t.numel()) + " elements, its slice " +
+                      std::to_string(length) +
+                      ". Resume with the optimizer it was saved with.");
+            }
+            found[g].parts[key].push_back(
+                t.reshape({-1}).narrow(0, from, to - from));
+            continue;
+          }
+          auto [known, fresh] = found[g].values.emplace(key, value);
+          if (!fresh && !same_value(known->second, value)) {
+            throw InvalidArgument(
+                component::kZero,
+                "the saved shards disagree on '" + key + "' of param group " +
+                    std::to_string(g) + " (shard " + std::to_string(q) +
+                    " differs from the one before), so they cannot be "
+                    "joined. Resume with the number of processes they were "
+                    "saved by.");
+          }
+        }
+        if (!found[g].like) {
+          found[g].like = it->second->clone();
+        }
+      }
+    }
+    restore();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (!found[g].like) {
+        continue;
+      }
+      std::map<std::string, c10::IValue> fields = found[g].values;
+      for (auto& [key, parts] : found[g].parts) {
+        auto joined = torch::cat(parts);
+        if (joined.numel() != mine[g].numel()) {
+          throw InvalidArgument(
+              component::kZero,
+              "the saved shards hold " + std::to_string(joined.numel()) +
+                  " elements of '" + key + "' for param group " +
+                  std::to_string(g) + " of this process, which needs " +
+                  std::to_string(mine[g].numel()) +
+                  " (a saved shard had no state). Resume with the number of "
+                  "processes they were saved by.");
+        }
+        fields[key] = joined.clone();
+      }
+      optimizer_.state()[ampkit::detail::state_key(mine[g])] =
+          state_from(*found[g].like, fields);
+    }
+  } catch (...) {
+    restore();
+    throw;
+  }
 }
 
 torch::Tensor ShardedOptimizer::owned_gradient(size_t i, int64_t* start) const {

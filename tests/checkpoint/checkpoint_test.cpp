@@ -534,23 +534,18 @@ TEST_F(ResumeTest, GradScalerStateRoundTripsWithoutChangingTheScale) {
   EXPECT_TRUE(lin2->weight.equal(lin->weight));
 }
 
-TEST_F(
-    ResumeTest,
-    LoadStateRefusesAnotherWorldSizeOrOtherObjectsAndChangesNothing) {
+TEST_F(ResumeTest, LoadStateRefusesOtherObjectsAndChangesNothing) {
   torch::nn::Linear lin(3, 1);
   torch::optim::SGD sgd(lin->parameters(), 0.1);
   ampkit::Accelerator acc(ampkit::AcceleratorOptions().cpu(true).quiet(true));
   auto [model, opt] = acc.prepare(lin, sgd);
   const auto dir = (dir_ / "s").string();
   acc.save_state(dir);
-  // Another world size in the manifest.
+  // Saved by 2 processes (the manifest says so), resumed by 1: allowed.
   std::string m = ck::detail::read_file(dir + "/manifest.json");
   m.replace(m.find("\"world_size\": 1"), 15, "\"world_size\": 2");
   ck::detail::write_file_synced(dir + "/manifest.json", m);
-  AMPKIT_EXPECT_THROWS_WITH(
-      acc.load_state(dir),
-      ampkit::InvalidArgument,
-      "saved by 2 processes, this run has 1");
+  EXPECT_NO_THROW(acc.load_state(dir));
   // Another set of prepared objects.
   const auto dir2 = (dir_ / "s2").string();
   acc.save_state(dir2);

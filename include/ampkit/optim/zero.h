@@ -8,9 +8,11 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ampkit/dist/process_group.h"
@@ -76,6 +78,19 @@ class ShardedOptimizer {
   /// Clears the parameters' gradients and the shard's.
   void zero_grad(bool set_to_none);
 
+  /// Loads the state that a ShardedOptimizer over the same parameters
+  /// saved when they were split at `saved` (the boundaries() of a run with
+  /// another number of processes): `load(q)` must load saved process q's
+  /// archive into the optimizer (optimizer.load). The saved shards that
+  /// overlap this process's are loaded in turn, and their elementwise state
+  /// (Adam's moments, momentum buffers) is cut at this process's
+  /// boundaries, which is exact; per-slice values such as Adam's step must
+  /// agree across them. Parameters of another total size, or shards that
+  /// disagree, are an InvalidArgument, and the optimizer keeps no state.
+  void load_resplit(
+      const std::vector<int64_t>& saved,
+      const std::function<void(int64_t)>& load);
+
   /// The parts of the shard gradient that belong to `parameters` (views),
   /// for clipping; `managed[i]` is set for each parameter this optimizer
   /// holds.
@@ -112,6 +127,8 @@ class ShardedOptimizer {
   std::vector<torch::Tensor> params_;  // flat order
   std::vector<int64_t> offsets_;       // each parameter's flat offset
   std::vector<int64_t> boundaries_;
+  // Each param group's [begin, end) in the flat buffer ({0, 0}: none).
+  std::vector<std::pair<int64_t, int64_t>> group_ranges_;
   torch::Tensor flat_;  // every parameter's values
   // Each parameter's position in params_, by its TensorImpl.
   std::unordered_map<const void*, size_t> index_;
