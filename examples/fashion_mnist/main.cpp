@@ -181,7 +181,7 @@ int run(const Args& args) {
   auto loader = accelerator.prepare_data_loader(
       std::move(train_set),
       torch::data::DataLoaderOptions(args.batch_size),
-      ampkit::data::ShardedSamplerOptions().seed(args.seed));
+      ampkit::data::ShardedSamplerOptions().shuffle(true).seed(args.seed));
 
   if (!args.log_with.empty()) {
     accelerator.init_trackers(

@@ -312,7 +312,7 @@ int run(const Args& args) {
   auto loader = accelerator.prepare_data_loader(
       std::move(train_set),
       torch::data::DataLoaderOptions(batch_size),
-      ampkit::data::ShardedSamplerOptions().seed(args.seed));
+      ampkit::data::ShardedSamplerOptions().shuffle(true).seed(args.seed));
   const double flops_per_token = gpt::flops_per_token(net, seq_len);
   accelerator.print(
       "gpt:",

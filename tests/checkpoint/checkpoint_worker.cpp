@@ -200,7 +200,8 @@ int train(int argc, char** argv) {
   auto [model, optimizer, scheduler] = accelerator.prepare(net, adam, cosine);
   auto loader = accelerator.prepare_data_loader(
       Points().map(torch::data::transforms::Stack<>()),
-      torch::data::DataLoaderOptions(8));
+      torch::data::DataLoaderOptions(8),
+      ampkit::data::ShardedSamplerOptions().shuffle(true));
   StepCounter counter;
   accelerator.register_for_checkpointing(counter);
   if (!resume.empty()) {

@@ -31,8 +31,13 @@ const std::vector<size_t> kGoldenLargeSeedEpoch2{
     8,  22, 21, 23, 4, 12, 9, 15, 16, 24, 19, 17, 5,
     20, 13, 0,  6,  2, 11, 1, 10, 3,  14, 18, 7};
 
+// Shuffled, as most tests here want (the default is torch's: not).
+ShardedSamplerOptions shuffled() {
+  return ShardedSamplerOptions().shuffle(true);
+}
+
 ShardedSamplerOptions rank(int64_t w, int64_t r) {
-  return ShardedSamplerOptions().num_processes(w).process_index(r);
+  return shuffled().num_processes(w).process_index(r);
 }
 
 // reset() and every batch of the epoch, as the data loader does.
@@ -88,21 +93,21 @@ void round_trip(const ShardedSampler& from, ShardedSampler& to) {
 }
 
 TEST(ShardedSamplerTest, ShuffleMatchesTorchRandpermSeededWithSeedPlusEpoch) {
-  ShardedSampler sampler(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler sampler(10, shuffled().seed(5));
   EXPECT_EQ(flat(run_epoch(sampler, 10)), kGoldenSeed5Epoch0);
   EXPECT_EQ(sampler.epoch(), 0);
   EXPECT_EQ(flat(run_epoch(sampler, 10)), kGoldenSeed5Epoch1);
   EXPECT_EQ(sampler.epoch(), 1);
 
-  ShardedSampler large(25, ShardedSamplerOptions().seed(1234567890123));
+  ShardedSampler large(25, shuffled().seed(1234567890123));
   large.set_epoch(2);
   EXPECT_EQ(flat(run_epoch(large, 5)), kGoldenLargeSeedEpoch2);
 }
 
 TEST(ShardedSamplerTest, ReshufflesEachEpochAndReproducesFromTheSeed) {
-  ShardedSampler a(50, ShardedSamplerOptions().seed(11));
-  ShardedSampler b(50, ShardedSamplerOptions().seed(11));
-  ShardedSampler other_seed(50, ShardedSamplerOptions().seed(12));
+  ShardedSampler a(50, shuffled().seed(11));
+  ShardedSampler b(50, shuffled().seed(11));
+  ShardedSampler other_seed(50, shuffled().seed(12));
   std::vector<std::vector<size_t>> orders;
   for (int epoch = 0; epoch < 3; ++epoch) {
     const auto order = flat(run_epoch(a, 50));
@@ -119,10 +124,15 @@ TEST(ShardedSamplerTest, ReshufflesEachEpochAndReproducesFromTheSeed) {
   ShardedSampler unshuffled(10, ShardedSamplerOptions().shuffle(false));
   EXPECT_EQ(flat(run_epoch(unshuffled, 5)), iota(10));
   EXPECT_EQ(flat(run_epoch(unshuffled, 5)), iota(10));
+  // Not shuffled unless asked, as torch's DataLoader and DistributedSampler
+  // (shuffle=False): a ported evaluation loader keeps its order.
+  ShardedSampler by_default(10);
+  EXPECT_FALSE(by_default.options().shuffle());
+  EXPECT_EQ(flat(run_epoch(by_default, 5)), iota(10));
 }
 
 TEST(ShardedSamplerTest, ProcessesGetDisjointShardsThatCoverTheDatasetOnce) {
-  ShardedSampler one(100, ShardedSamplerOptions().seed(3));
+  ShardedSampler one(100, shuffled().seed(3));
   const auto order = flat(run_epoch(one, 100));
   for (int64_t w : {2, 3}) {
     std::vector<Batches> per_rank;
@@ -307,7 +317,7 @@ TEST(ShardedSamplerTest, CopiesShareEpochAndPosition) {
 }
 
 TEST(ShardedSamplerTest, SetEpochChoosesTheEpochOfTheNextResetOnly) {
-  ShardedSampler s(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler s(10, shuffled().seed(5));
   s.set_epoch(1);
   EXPECT_EQ(s.epoch(), 1);
   EXPECT_EQ(flat(run_epoch(s, 5)), kGoldenSeed5Epoch1);
@@ -417,21 +427,21 @@ TEST(ShardedSamplerTest, LoadResumesMidEpochAfterTheBatchesYielded) {
 TEST(
     ShardedSamplerTest,
     LoadResumesAFinishedEpochAtTheNextAndAnUnstartedAtItself) {
-  ShardedSampler finished(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler finished(10, shuffled().seed(5));
   run_epoch(finished, 5);
-  ShardedSampler b(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler b(10, shuffled().seed(5));
   round_trip(finished, b);
   EXPECT_EQ(flat(run_epoch(b, 5)), kGoldenSeed5Epoch1);
   EXPECT_EQ(b.epoch(), 1);
 
-  ShardedSampler chosen(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler chosen(10, shuffled().seed(5));
   chosen.set_epoch(1);
-  ShardedSampler c(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler c(10, shuffled().seed(5));
   round_trip(chosen, c);
   EXPECT_EQ(flat(run_epoch(c, 5)), kGoldenSeed5Epoch1);
 
-  ShardedSampler fresh(10, ShardedSamplerOptions().seed(5));
-  ShardedSampler d(10, ShardedSamplerOptions().seed(5));
+  ShardedSampler fresh(10, shuffled().seed(5));
+  ShardedSampler d(10, shuffled().seed(5));
   round_trip(fresh, d);
   EXPECT_EQ(flat(run_epoch(d, 5)), kGoldenSeed5Epoch0);
 }
@@ -579,16 +589,16 @@ namespace {
 // accelerate's skip_first_batches: the next epoch starts at batch n, once;
 // after load() it replaces the resumed position instead of adding to it.
 TEST(ShardedSamplerTest, SkipFirstBatchesStartsTheNextEpochAtBatchN) {
-  ShardedSampler reference(20, ShardedSamplerOptions().seed(3));
+  ShardedSampler reference(20, shuffled().seed(3));
   const Batches epoch0 = run_epoch(reference, 4);
   const Batches epoch1 = run_epoch(reference, 4);
 
-  ShardedSampler fresh(20, ShardedSamplerOptions().seed(3));
+  ShardedSampler fresh(20, shuffled().seed(3));
   fresh.skip_first_batches(2);
   EXPECT_EQ(run_epoch(fresh, 4), Batches(epoch0.begin() + 2, epoch0.end()));
   EXPECT_EQ(run_epoch(fresh, 4), epoch1) << "the skip applies once";
 
-  ShardedSampler later(20, ShardedSamplerOptions().seed(3));
+  ShardedSampler later(20, shuffled().seed(3));
   run_epoch(later, 4);
   later.skip_first_batches(3);
   EXPECT_EQ(later.batches_per_epoch(4), 5u);
@@ -596,16 +606,16 @@ TEST(ShardedSamplerTest, SkipFirstBatchesStartsTheNextEpochAtBatchN) {
 
   // Saved after 2 batches of epoch 0; load() resumes there, and skipping 2
   // more after it (a ported script's skip_first_batches) changes nothing.
-  ShardedSampler saver(20, ShardedSamplerOptions().seed(3));
+  ShardedSampler saver(20, shuffled().seed(3));
   saver.reset();
   saver.next(4);
   saver.next(4);
-  ShardedSampler resumed(20, ShardedSamplerOptions().seed(3));
+  ShardedSampler resumed(20, shuffled().seed(3));
   round_trip(saver, resumed);
   resumed.skip_first_batches(2);
   EXPECT_EQ(run_epoch(resumed, 4), Batches(epoch0.begin() + 2, epoch0.end()));
 
-  ShardedSampler beyond(20, ShardedSamplerOptions().seed(3));
+  ShardedSampler beyond(20, shuffled().seed(3));
   beyond.skip_first_batches(9);
   EXPECT_TRUE(run_epoch(beyond, 4).empty());
 }

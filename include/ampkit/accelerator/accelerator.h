@@ -121,10 +121,10 @@ class Accelerator {
 
   /// Builds a data loader over `dataset` (a batch or example dataset with a
   /// size) whose ampkit::data::ShardedSampler gives this process its shard
-  /// of each epoch, and prepares it. With one process it is a loader that
-  /// reshuffles from seed + epoch. `sampler` sets shuffle, seed,
-  /// even_batches, split_batches and drop_last; the process fields are the
-  /// Accelerator's.
+  /// of each epoch, and prepares it. `sampler` sets shuffle (default false,
+  /// as torch's DataLoader; shuffle(true) reshuffles from seed + epoch),
+  /// seed, even_batches, split_batches and drop_last; the process fields
+  /// are the Accelerator's.
   template <typename Dataset>
   auto prepare_data_loader(
       Dataset dataset,

@@ -23,8 +23,10 @@ struct ShardedSamplerOptions {
   /// This process (r, torch's rank); in [0, num_processes); default 0.
   TORCH_ARG(int64_t, process_index) = 0;
   /// Shuffle each epoch with torch::randperm seeded seed + epoch, as
-  /// torch.utils.data.DistributedSampler; false keeps 0..n-1; default true.
-  TORCH_ARG(bool, shuffle) = true;
+  /// torch.utils.data.DistributedSampler; false keeps 0..n-1; default
+  /// false, as torch's DataLoader (shuffle=False), whose setting
+  /// accelerate's prepare keeps: a training loader says shuffle(true).
+  TORCH_ARG(bool, shuffle) = false;
   /// Base of the per-epoch shuffle seed; the same on every process;
   /// default 0.
   TORCH_ARG(uint64_t, seed) = 0;
