@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # mixed_precision auto against the faster fixed precision, on each example:
-# the demo CNN (samples/s) and examples/gpt tiny and small (tokens/s), run
+# the demo CNN (samples/s), examples/gpt tiny and small (tokens/s) and the
+# by_feature MLP (gradient_accumulation's 3 epochs of 60,000 images, training
+# samples per second of the whole run, evaluation and start included), run
 # in fp32, bf16 and auto in turn, ROUNDS rounds; medians. auto starts with
 # an empty cache (its first round measures the model, later rounds read the
 # decision back, as a user's repeated runs do).
-# Usage: bash bench/auto_bench.sh [BUILD_DIR] [ROUNDS]
+# Usage: bash bench/auto_bench.sh [BUILD_DIR] [ROUNDS] [EXAMPLES]
+#   EXAMPLES: a space-separated subset of "cnn gpt_tiny gpt_small mlp".
 set -euo pipefail
 build="${1:-build}"
 rounds="${2:-3}"
+examples="${3:-cnn gpt_tiny gpt_small mlp}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 export XDG_CACHE_HOME="$out/cache"
@@ -30,6 +34,16 @@ run() {  # run EXAMPLE PRECISION: prints "SPEED PRECISION_USED"
         --untimed-steps 5 --eval-windows 8 --threads 2 --mixed-precision "$2" \
         --output-dir "$out/run" > "$out/log" 2>&1
       key=tokens_per_second ;;
+    mlp)
+      local start end
+      start=$(date +%s.%N)
+      "$build/examples/by_feature/gradient_accumulation" --cpu \
+        --mixed_precision "$2" > "$out/log" 2>&1
+      end=$(date +%s.%N)
+      local used="$2"
+      [ "$2" = auto ] && used=$(grep -oP 'mixed_precision auto chose \K[a-z0-9]+' "$out/log")
+      python3 -c "print(3 * 60000 / ($end - $start), '$used')"
+      return ;;
   esac
   python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print(s[sys.argv[2]], s["precision"])' \
     "$out/run/summary.json" "$key"
@@ -38,7 +52,7 @@ run() {  # run EXAMPLE PRECISION: prints "SPEED PRECISION_USED"
 median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
 printf '%-10s %12s %12s %12s %-6s %s\n' example fp32 bf16 auto chose "auto / faster"
-for example in cnn gpt_tiny gpt_small; do
+for example in $examples; do
   : > "$out/no" ; : > "$out/bf16" ; : > "$out/auto"
   chose=""
   for _ in $(seq "$rounds"); do
