@@ -41,6 +41,10 @@ struct RunFlags {
   std::string resume_from_checkpoint;  // a folder, or "latest"
   int64_t zero_stage = -1;             // -1 = the environment, else 0
   bool reset_schedule = false;  // resume onto a schedule of another length
+  // DDP: gradients as bucket views (on here, for speed; the library's
+  // default is accelerate's, off) and static_graph (off).
+  bool gradient_as_bucket_view = true;
+  bool static_graph = false;
 };
 
 inline void add_run_flags(CLI::App& app, RunFlags& f) {
@@ -86,6 +90,16 @@ inline void add_run_flags(CLI::App& app, RunFlags& f) {
       f.zero_stage,
       "ZeRO: 1 shards the optimizer state across processes, 2 also the "
       "gradients; 0 is DDP (default: the environment, else 0)");
+  app.add_option(
+      flags("gradient-as-bucket-view"),
+      f.gradient_as_bucket_view,
+      "DDP keeps gradients as views into its all-reduce buckets, saving a "
+      "copy in and out per step (default here: true; ampkit's and "
+      "accelerate's default: false)");
+  app.add_flag(
+      flags("static-graph"),
+      f.static_graph,
+      "DDP's static_graph: the model runs the same graph every step");
 }
 
 // Sets LibTorch's intra-op threads (0: every core) and returns the count.
@@ -147,6 +161,8 @@ inline ampkit::AcceleratorOptions accelerator_options(const RunFlags& f) {
   if (f.zero_stage >= 0) {
     options.zero_stage(f.zero_stage);
   }
+  options.gradient_as_bucket_view(f.gradient_as_bucket_view)
+      .static_graph(f.static_graph);
   options.project_dir(project_dir_of(f.output_dir));
   // SIGTERM (a scheduler's notice), Ctrl-C or SIGUSR1 finishes the step and
   // saves checkpoint_<step> where --resume-from-checkpoint latest looks.

@@ -472,6 +472,8 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
             .find_unused_parameters(r.find_unused_parameters)
             .compression(compression)
             .broadcast_buffers(r.broadcast_buffers)
+            .gradient_as_bucket_view(r.gradient_as_bucket_view)
+            .static_graph(r.static_graph)
             // Stage 2 reduce-scatters instead (ShardedOptimizer).
             .reduce_gradients(r.zero_stage < 2)));
   }

@@ -1,5 +1,6 @@
 #include "ampkit/dist/ddp.h"
 
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
@@ -57,6 +58,11 @@ class CompressionHook : public c10d::CommHookInterface {
 
 }  // namespace
 
+struct DelayedReduce {
+  std::atomic<bool> armed{false};
+  c10d::Reducer* reducer = nullptr;
+};
+
 struct GradientSynchronizer::Impl {
   std::shared_ptr<ProcessGroup> group;
   SyncOptions options;
@@ -67,6 +73,11 @@ struct GradientSynchronizer::Impl {
   size_t num_buckets = 0;
   // Which parameters got a gradient in the current synchronising backward.
   std::shared_ptr<std::vector<std::atomic<bool>>> got_grad;
+  // static_graph: armed for the first synchronising backward, whose first
+  // gradient queues the Reducer's delayed all-reduce at the end of that
+  // backward (what Python DDP's _DDPSink does from the outputs).
+  std::shared_ptr<DelayedReduce> delayed = std::make_shared<DelayedReduce>();
+  int64_t sync_forwards = 0;
   std::vector<unsigned> hooks;
   bool expecting_backward = false;
   bool require_forward_param_sync = true;
@@ -134,8 +145,16 @@ GradientSynchronizer::GradientSynchronizer(
       std::make_shared<std::vector<std::atomic<bool>>>(im.params.size());
   for (size_t i = 0; i < im.params.size(); ++i) {
     auto flags = im.got_grad;
-    im.hooks.push_back(im.params[i].register_hook(
-        [flags, i](const torch::Tensor&) { (*flags)[i] = true; }));
+    auto delayed = im.delayed;
+    im.hooks.push_back(
+        im.params[i].register_hook([flags, delayed, i](const torch::Tensor&) {
+          (*flags)[i] = true;
+          if (delayed->armed.exchange(false)) {
+            // Runs inside this backward, so the callback runs at its end.
+            torch::autograd::Engine::get_default_engine().queue_callback(
+                [reducer = delayed->reducer] { reducer->delay_all_reduce(); });
+          }
+        }));
   }
   if (!options.reduce_gradients()) {
     return;
@@ -157,16 +176,16 @@ GradientSynchronizer::GradientSynchronizer(
   args.group = pg;
   args.bucket_bytes_cap = cap;
   args.find_unused_parameters = options.find_unused_parameters();
-  // Gradients live in the buckets (Python DDP's gradient_as_bucket_view):
-  // two fewer copies of every gradient per step. Measured on the
-  // fashion_mnist CNN, 2 processes against 1: 1.56x without, 1.76-1.93x
-  // with (bench/dist_bench.sh).
-  args.gradient_as_bucket_view = true;
+  args.gradient_as_bucket_view = options.gradient_as_bucket_view();
   for (size_t i = 0; i < im.names.size(); ++i) {
     args.param_names[i] = im.names[i];
   }
   args.first_bucket_bytes_cap = cap;
   im.reducer = detail::make_reducer(std::move(args));
+  im.delayed->reducer = im.reducer.get();
+  if (options.static_graph()) {
+    im.reducer->set_static_graph();
+  }
   if (auto c = options.compression()) {
     // Gloo gained bf16 only in later LibTorch releases: ask it once, on
     // every rank, rather than fail in the middle of the first backward.
@@ -242,9 +261,13 @@ void GradientSynchronizer::after_forward(
         "pair or tuple of tensors from forward.");
   }
   if (im.reducer) {
+    const bool search =
+        im.options.find_unused_parameters() && !im.options.static_graph();
     im.reducer->prepare_for_backward(
-        im.options.find_unused_parameters() ? outputs
-                                            : std::vector<torch::Tensor>{});
+        search ? outputs : std::vector<torch::Tensor>{});
+    if (im.options.static_graph() && im.sync_forwards++ == 0) {
+      im.delayed->armed = true;
+    }
   }
   im.expecting_backward = true;
 }
@@ -255,7 +278,8 @@ void GradientSynchronizer::after_backward() {
     return;
   }
   im.expecting_backward = false;
-  if (im.options.find_unused_parameters()) {
+  im.delayed->armed = false;  // a backward that reached no parameter
+  if (im.options.find_unused_parameters() || im.options.static_graph()) {
     return;
   }
   std::string missing;

@@ -359,6 +359,29 @@ TEST_F(DistTest, FindUnusedParametersAllowsThem) {
   expect_all_ok(run(2, {"unused_allowed"}));
 }
 
+TEST_F(DistTest, StaticGraphAllowsUnusedParametersWithoutTheGraphWalk) {
+  expect_all_ok(run(2, {"unused_static_graph"}));
+}
+
+// gradient_as_bucket_view and static_graph change where gradients live and
+// when the first step all-reduces, not what is summed: with accumulation,
+// the weights equal the plain run's bit for bit.
+TEST_F(DistTest, BucketViewAndStaticGraphTrainAsPlainDdp) {
+  std::vector<std::vector<torch::Tensor>> runs;
+  for (const char* mode : {"plain", "view", "static"}) {
+    const auto out = (dir_ / (std::string(mode) + ".pt")).string();
+    expect_all_ok(run(2, {"train", out, "2", "no", "no", mode}));
+    runs.push_back(load(std::string(mode) + ".pt"));
+  }
+  for (size_t k = 1; k < runs.size(); ++k) {
+    ASSERT_EQ(runs[k].size(), runs[0].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_TRUE(runs[k][i].equal(runs[0][i]))
+          << (k == 1 ? "view" : "static") << ", parameter " << i;
+    }
+  }
+}
+
 TEST_F(DistTest, CollectivesGiveAccelerateResults) {
   const auto results = run(2, {"collectives"});
   expect_all_ok(results);

@@ -79,16 +79,20 @@ int same_weights_saved(
 
 // 20 optimizer steps on a global batch of 16, split evenly over the
 // processes; rank 0 saves the final parameters to `out`.
+// `ddp`: plain, view (gradient_as_bucket_view) or static (static_graph).
 int train(
     const std::string& out,
     int64_t accumulation,
     const std::string& precision,
-    const std::string& compression) {
+    const std::string& compression,
+    const std::string& ddp) {
   ampkit::Accelerator accelerator(
       base_options()
           .mixed_precision(precision)
           .gradient_accumulation_steps(accumulation)
-          .gradient_compression(ampkit::parse_precision(compression)));
+          .gradient_compression(ampkit::parse_precision(compression))
+          .gradient_as_bucket_view(ddp == "view")
+          .static_graph(ddp == "static"));
   torch::manual_seed(accelerator.process_index() * 7 + 1);  // differ on purpose
   Net net;
   torch::optim::SGD sgd(
@@ -542,11 +546,27 @@ struct TwoHeadsImpl : torch::nn::Module {
 };
 TORCH_MODULE(TwoHeads);
 
-int unused_parameters(bool allow) {
-  ampkit::Accelerator accelerator(base_options().find_unused_parameters(allow));
+// `static_graph`: the parameters without a gradient are allowed too, found
+// in the first step instead of by a graph walk each step; three steps.
+int unused_parameters(bool allow, bool static_graph = false) {
+  ampkit::Accelerator accelerator(
+      base_options().find_unused_parameters(allow).static_graph(static_graph));
   TwoHeads net;
   torch::optim::SGD sgd(net->parameters(), 0.01);
   auto [model, optimizer] = accelerator.prepare(net, sgd);
+  if (static_graph) {
+    const auto unused = net->unused->weight.detach().clone();
+    for (int64_t step = 0; step < 3; ++step) {
+      auto [x, y] = global_batch(accelerator.process_index() + 2 * step, 8);
+      accelerator.backward(torch::mse_loss(model(x), y));
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+    auto g = accelerator.gather(net->used->weight.detach().unsqueeze(0));
+    CHECK_OR_FAIL(g[0].equal(g[1]), "used parameters differ after 3 steps");
+    CHECK_OR_FAIL(net->unused->weight.equal(unused), "the unused head moved");
+    return 0;
+  }
   auto [x, y] = global_batch(accelerator.process_index(), 8);
   try {
     accelerator.backward(torch::mse_loss(model(x), y));
@@ -815,9 +835,13 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   const std::string scenario = argc > 1 ? argv[1] : "";
   try {
-    if (scenario == "train" && (argc == 5 || argc == 6)) {
+    if (scenario == "train" && argc >= 5 && argc <= 7) {
       return train(
-          argv[2], std::stoll(argv[3]), argv[4], argc == 6 ? argv[5] : "no");
+          argv[2],
+          std::stoll(argv[3]),
+          argv[4],
+          argc >= 6 ? argv[5] : "no",
+          argc == 7 ? argv[6] : "plain");
     }
     if (scenario == "zero" && argc == 8) {
       return zero_train(
@@ -858,6 +882,9 @@ int main(int argc, char** argv) {
     if (scenario == "unused_allowed") {
       return unused_parameters(true);
     }
+    if (scenario == "unused_static_graph") {
+      return unused_parameters(false, /*static_graph=*/true);
+    }
     if (scenario == "collectives") {
       return collectives();
     }
@@ -877,10 +904,12 @@ int main(int argc, char** argv) {
     return rank_fails();  // rank 1's exception leaves main on purpose
   }
   std::cerr
-      << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION] | "
+      << "usage: dist_worker train OUT ACCUMULATION PRECISION [COMPRESSION "
+         "[plain|view|static]] | "
          "zero OUT STAGE ACCUMULATION PRECISION CLIP inject|no | "
          "zero_resume DIR STAGE | "
          "metrics | micro_steps | no_sync | unused | unused_allowed | "
+         "unused_static_graph | "
          "rank_hangs | "
          "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;

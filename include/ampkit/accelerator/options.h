@@ -131,6 +131,16 @@ constexpr const char* kEnvAccelerateGradientClipping =
   _(bool,                                                                     \
     find_unused_parameters,                                                   \
     dist::SyncOptions().find_unused_parameters())                             \
+  /* Gradients live in the all-reduce buckets as views, saving a              \
+     gradient-sized buffer and two copies per step (DDP's                     \
+     gradient_as_bucket_view; false, as PyTorch and accelerate). */           \
+  _(bool,                                                                     \
+    gradient_as_bucket_view,                                                  \
+    dist::SyncOptions().gradient_as_bucket_view())                            \
+  /* The model runs the same graph every step (DDP's static_graph; false):    \
+     the first step records the parameters without a gradient, later steps    \
+     skip them without find_unused_parameters' graph walk. */                 \
+  _(bool, static_graph, dist::SyncOptions().static_graph())                   \
   /* Compress the gradient all-reduce to bf16 or fp16 (not auto). */          \
   _(Precision, gradient_compression, Precision::no)                           \
   /* Broadcast rank 0's buffers before each synchronising forward (DDP's      \

@@ -65,6 +65,32 @@ struct SyncOptions {
   bool reduce_gradients() const {
     return reduce_gradients_;
   }
+  /// Gradients live in the all-reduce buckets, as views, instead of being
+  /// copied into them and back (DDP's gradient_as_bucket_view; false, as
+  /// PyTorch and accelerate): saves a gradient-sized buffer and two copies
+  /// of every gradient per step. With it, a gradient is a view: code that
+  /// replaces p.grad() (rather than writing into it) detaches it from the
+  /// bucket.
+  SyncOptions& gradient_as_bucket_view(bool value) {
+    gradient_as_bucket_view_ = value;
+    return *this;
+  }
+  bool gradient_as_bucket_view() const {
+    return gradient_as_bucket_view_;
+  }
+  /// The model runs the same graph, with the same parameters used or
+  /// unused, every step (DDP's static_graph; false, as PyTorch and
+  /// accelerate). The first synchronising backward all-reduces at its end
+  /// and records which parameters got no gradient; later steps treat those
+  /// as ready without find_unused_parameters' graph walk, and parameters
+  /// without a gradient are allowed.
+  SyncOptions& static_graph(bool value) {
+    static_graph_ = value;
+    return *this;
+  }
+  bool static_graph() const {
+    return static_graph_;
+  }
 
  private:
   double bucket_cap_mb_ = 25.0;
@@ -72,6 +98,8 @@ struct SyncOptions {
   bool find_unused_parameters_ = false;
   std::optional<torch::Dtype> compression_;
   bool broadcast_buffers_ = true;
+  bool gradient_as_bucket_view_ = false;
+  bool static_graph_ = false;
 };
 
 class GradientSynchronizer {
@@ -93,8 +121,9 @@ class GradientSynchronizer {
   /// After that forward, with its output tensors (used to find unused
   /// parameters).
   void after_forward(const std::vector<torch::Tensor>& outputs, bool sync);
-  /// After backward: with find_unused_parameters off, a parameter that got
-  /// no gradient in a synchronising backward is a UsageError naming it.
+  /// After backward: with find_unused_parameters and static_graph off, a
+  /// parameter that got no gradient in a synchronising backward is a
+  /// UsageError naming it.
   void after_backward();
 
   size_t num_buckets() const;
