@@ -1,9 +1,9 @@
 // accelerate's other plugin sections (fsdp_config, dynamo_config,
-// ipex_config, megatron_lm_config, tp_config) checked as deepspeed_config
-// is: a mapping of the keys accelerate writes, where a setting that would
-// ask for something ampkit does not do is refused by name, never kept and
-// ignored. What accelerate writes for "not used" ({} or the off values)
-// loads as before.
+// ipex_config, megatron_lm_config, fp8_config, mpirun_config, tp_config)
+// checked as deepspeed_config is, and its TPU keys: a mapping of the keys
+// accelerate writes, where a setting that would ask for something ampkit does
+// not do is refused by name, never kept and ignored. What accelerate writes for
+// "not used" ({} or the off values) loads as before.
 #include <yaml-cpp/yaml.h>
 
 #include <string>
@@ -94,6 +94,31 @@ const std::vector<Plugin>& plugins() {
        "Megatron-LM's tensor and pipeline parallelism are not implemented "
        "by ampkit; it trains data-parallel (DDP or ZeRO 1/2). Leave "
        "megatron_lm_config empty ({})."},
+      {"fp8_config",
+       {"amax_compute_algo",
+        "amax_history_len",
+        "backend",
+        "fp8_format",
+        "interval",
+        "margin",
+        "opt_level",
+        "override_linear_precision",
+        "use_autocast_during_eval"},
+       [](const std::string&, const std::string& value) {
+         return is_off_word(value);
+       },
+       "fp8 training (Transformer Engine, MS-AMP, torchao) is Python-only "
+       "and no LibTorch autocast takes fp8; use mixed_precision bf16 or "
+       "fp16, and leave fp8_config empty ({})."},
+      {"mpirun_config",
+       {"mpirun_ccl", "mpirun_hostfile"},
+       [](const std::string& key, const std::string& value) {
+         return key == "mpirun_ccl" || is_off_word(value);
+       },
+       "ampkit launch starts the processes itself (--num_machines, "
+       "--machine_rank on each machine); a program started by your own "
+       "mpirun reads OpenMPI's OMPI_COMM_WORLD_* variables. Leave "
+       "mpirun_config empty ({})."},
       {"tp_config",
        {"tp_size"},
        [](const std::string&, const std::string& value) {
@@ -128,7 +153,53 @@ void fail_at(
   throw ConfigError(path, entry.line, entry.key, false, where + ": " + message);
 }
 
+namespace {
+
+// accelerate's TPU-pod settings (accelerate tpu-config, downcast_bf16):
+// accepted at their off values (null, false, an empty list), refused
+// otherwise.
+const std::vector<std::string> kTpuKeys = {
+    "command_file",
+    "commands",
+    "downcast_bf16",
+    "tpu_env",
+    "tpu_name",
+    "tpu_use_cluster",
+    "tpu_use_sudo",
+    "tpu_vm",
+    "tpu_zone"};
+
+void check_tpu_key(const Entry& entry, const std::string& path) {
+  std::string yaml = entry.yaml;
+  yaml.erase(0, yaml.find_first_not_of(" \n"));
+  yaml.erase(yaml.find_last_not_of(" \n") + 1);
+  const bool off =
+      entry.kind == Entry::Kind::null ||
+      (entry.kind == Entry::Kind::collection ? yaml == "[]" || yaml == "{}"
+                                             : is_off_word(entry.text));
+  if (!off) {
+    fail_at(
+        entry,
+        path,
+        entry.key + " '" +
+            (entry.kind == Entry::Kind::collection ? yaml : entry.text) +
+            "': a setting of accelerate's TPU pods and XLA, and ampkit "
+            "runs on CPUs and CUDA GPUs only. Remove it (or set it to " +
+            (entry.key == "downcast_bf16" || entry.key == "tpu_use_cluster" ||
+                     entry.key == "tpu_use_sudo"
+                 ? std::string("false")
+                 : std::string("null")) +
+            ").");
+  }
+}
+
+}  // namespace
+
 void check_plugin_config(const Entry& entry, const std::string& path) {
+  if (contains(kTpuKeys, entry.key)) {
+    check_tpu_key(entry, path);
+    return;
+  }
   for (const Plugin& plugin : plugins()) {
     if (plugin.name != entry.key) {
       continue;

@@ -270,6 +270,14 @@ class Reader {
     } else if (key == "main_training_function") {
       config.main_training_function =
           scalar(entry, "Valid values: a function name, e.g. main.");
+      // accelerate calls another function only through its TPU and
+      // notebook launchers; a C++ program starts at main().
+      if (config.main_training_function != "main") {
+        bad(entry,
+            "names a Python function for accelerate's TPU launcher; ampkit "
+            "launches a program, which starts at main()",
+            "Valid values: main (or remove the key).");
+      }
     } else if (key == "log_with") {
       // accelerate also accepts a list of trackers.
       config.log_with = entry.kind == Entry::Kind::null ? "" : entry.text;

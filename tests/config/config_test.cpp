@@ -80,8 +80,7 @@ TEST(ConfigSampleTest, AccelerateMultiCpuFileLoadsAsItIs) {
   EXPECT_TRUE(config.use_cpu);
   ASSERT_EQ(config.passthrough.size(), 5u);
   EXPECT_EQ(config.passthrough[1].first, "mpirun_config");
-  EXPECT_EQ(
-      config.passthrough[1].second, "mpirun_hostfile: /home/user/hostfile");
+  EXPECT_EQ(config.passthrough[1].second, "{}");
 }
 
 TEST(ConfigSampleTest, OlderAccelerateKeysAreReadIntoTheCurrentOnes) {
@@ -121,9 +120,7 @@ TEST_F(ConfigFileTest, SavedConfigLoadsBackEqualInAccelerateOrder) {
   EXPECT_THAT(text, HasSubstr("downcast_bf16: 'no'\n"));
   EXPECT_THAT(text, HasSubstr("gpu_ids: '0'\n"));
   EXPECT_THAT(text, HasSubstr("mixed_precision: 'no'\n"));
-  EXPECT_THAT(
-      text,
-      HasSubstr("mpirun_config:\n  mpirun_hostfile: /home/user/hostfile\n"));
+  EXPECT_THAT(text, HasSubstr("mpirun_config: {}\n"));
   EXPECT_THAT(text, HasSubstr("tpu_env: []\n"));
   EXPECT_LT(text.find("compute_environment"), text.find("debug"));
   EXPECT_LT(text.find("num_processes"), text.find("use_cpu"));
@@ -407,6 +404,29 @@ TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
       "tp_config:\n  tp_sizes: 1\n",
       "unknown key tp_config.tp_sizes. Known keys: tp_size.");
   refused("fsdp_config: [1, 2]\n", "fsdp_config must be a mapping");
+  // What accelerate writes when the setting is not used loads; anything
+  // else is refused by name, never kept and ignored.
+  const LaunchConfig unused = load_config(write(
+      "unused.yaml",
+      "fp8_config: {}\nmpirun_config: {}\ndowncast_bf16: 'no'\n"
+      "tpu_env: []\ntpu_name: null\ntpu_use_sudo: false\n"
+      "main_training_function: main\n"));
+  EXPECT_EQ(unused.passthrough.size(), 6u);
+  refused(
+      "mpirun_config:\n  mpirun_hostfile: /home/user/hostfile\n",
+      "mpirun_config.mpirun_hostfile '/home/user/hostfile': ampkit launch "
+      "starts the processes itself");
+  refused(
+      "fp8_config:\n  backend: TE\n",
+      "fp8_config.backend 'TE': fp8 training");
+  refused(
+      "downcast_bf16: 'yes'\n",
+      "downcast_bf16 'yes': a setting of accelerate's TPU pods");
+  refused("tpu_vm:\n- vm\n", "tpu_vm '- vm': a setting of accelerate's TPU");
+  refused(
+      "main_training_function: train\n",
+      "key 'main_training_function' names a Python function for accelerate's "
+      "TPU launcher");
 }
 
 TEST_F(ConfigFileTest, NegativeNumProcessesIsOutOfRange) {

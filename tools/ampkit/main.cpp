@@ -620,6 +620,20 @@ int main(int argc, char** argv) {
             launch_options.gradient_accumulation_steps,
             c.gradient_accumulation_steps);
         from("debug", launch_options.debug, c.debug);
+        // Read and acted on the same way as their defaults: said, so that
+        // no setting of accelerate's passes without a word.
+        if (!launch_options.quiet && c.rdzv_backend != "static") {
+          std::cerr << "ampkit launch: rdzv_backend " << c.rdzv_backend
+                    << ": the machines meet at machine 0's launcher (its "
+                       "TCPStore) with fixed machine ranks, as with static; "
+                       "torchrun's elastic membership is not implemented.\n";
+        }
+        if (!launch_options.quiet && c.same_network &&
+            launch_options.num_machines > 1) {
+          std::cerr << "ampkit launch: same_network: every machine dials "
+                       "main_process_ip and finds its own interface by "
+                       "routing, on one network or several.\n";
+        }
         for (const auto& [key, value] : c.passthrough) {
           if (key == "enable_cpu_affinity") {
             std::string v = value;
