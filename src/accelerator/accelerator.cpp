@@ -236,7 +236,8 @@ c10::Device device(const AcceleratorState& state) {
 }  // namespace detail
 
 AccumulateScope::AccumulateScope(
-    std::shared_ptr<detail::AcceleratorState> state)
+    std::shared_ptr<detail::AcceleratorState> state,
+    const torch::Tensor& num_items)
     : state_(std::move(state)) {
   auto& st = *state_;
   if (st.in_accumulate) {
@@ -257,6 +258,11 @@ AccumulateScope::AccumulateScope(
         st.micro_step % st.options.gradient_accumulation_steps == 0;
   }
   st.in_accumulate = true;
+  ++st.window_micro_steps;
+  if (num_items.defined()) {
+    st.window_items =
+        st.window_items.defined() ? st.window_items + num_items : num_items;
+  }
 }
 
 AccumulateScope::~AccumulateScope() {
@@ -616,7 +622,11 @@ void Accelerator::backward_unhinted(
     st.loss_sum = st.loss_sum.defined() ? st.loss_sum + value : value;
     ++st.loss_count;
   }
-  torch::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
+  // Counted items: the loss is a sum, divided by the window's items after
+  // its last backward.
+  torch::Tensor scaled = steps > 1 && !st.window_items.defined()
+                             ? loss / static_cast<double>(steps)
+                             : loss;
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
   }
@@ -635,7 +645,57 @@ void Accelerator::backward_unhinted(
       }
     }
   }
+  if (st.sync_gradients) {
+    st.finish_window();
+  }
 }
+
+namespace detail {
+void AcceleratorState::finish_window() {
+  const int64_t steps = options.gradient_accumulation_steps;
+  const int64_t had = window_micro_steps;
+  torch::Tensor items = std::move(window_items);
+  window_micro_steps = 0;
+  window_items = torch::Tensor();
+  torch::Tensor factor;
+  if (items.defined()) {
+    // One all-reduce per window. The processes' gradients were averaged
+    // (DDP and ZeRO divide by the process count), so the sum over
+    // processes is that times the count.
+    auto total = items.to(torch::kDouble);
+    if (group && options.dist.world_size > 1) {
+      collective("item count all-reduce", [&] {
+        group->all_reduce(total, ReduceOp::sum);
+      });
+    }
+    factor =
+        static_cast<double>(options.dist.world_size) / total.clamp_min(1.0);
+  } else if (options.count_short_window && had > 0 && had < steps) {
+    factor = torch::tensor(
+        static_cast<double>(steps) / static_cast<double>(had),
+        torch::dtype(torch::kDouble).device(detail::device(*this)));
+  } else {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& model : models) {
+    for (auto& p : model->parameters()) {
+      if (p.grad().defined()) {
+        p.mutable_grad().mul_(factor.to(p.grad().scalar_type()));
+      }
+    }
+  }
+  for (auto& entry : optimizers) {
+    if (entry.sharded) {  // the shard gradient the optimizer steps on
+      std::vector<bool> managed;
+      for (auto& part : entry.sharded->shard_gradients(
+               entry.sharded->parameters(), managed)) {
+        part.mul_(factor.to(part.scalar_type()));
+      }
+    }
+  }
+}
+}  // namespace detail
 
 void Accelerator::throw_negative_skip(int64_t n) {
   throw InvalidArgument(
@@ -688,7 +748,55 @@ void Accelerator::check_prepared(const PreparedModelBase& model) const {
 AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
   check_prepared(model);
   detail::preemption_point(*state_);
-  return AccumulateScope(state_);
+  if (state_->window_items.defined()) {
+    throw UsageError(
+        component::kAccelerator,
+        "accumulate(model) without an item count in a window whose earlier "
+        "micro-steps counted items (accumulate(model, num_items)). Count "
+        "the items of every micro-step, or of none.");
+  }
+  return AccumulateScope(state_, torch::Tensor());
+}
+
+AccumulateScope Accelerator::accumulate(
+    const PreparedModelBase& model, const torch::Tensor& num_items) {
+  check_prepared(model);
+  auto& st = *state_;
+  if (!num_items.defined() || num_items.numel() != 1 ||
+      num_items.is_floating_point() || num_items.is_complex()) {
+    throw InvalidArgument(
+        component::kAccelerator,
+        "accumulate(model, num_items) needs one integer count, got " +
+            (num_items.defined()
+                 ? std::string(c10::toString(num_items.scalar_type())) +
+                       " with " + std::to_string(num_items.numel()) +
+                       " elements"
+                 : std::string("an undefined tensor")) +
+            ". Pass e.g. (labels != -100).sum().");
+  }
+  if (st.window_micro_steps > 0 && !st.window_items.defined()) {
+    throw UsageError(
+        component::kAccelerator,
+        "accumulate(model, num_items) in a window whose earlier micro-steps "
+        "counted no items (accumulate(model)). Count the items of every "
+        "micro-step, or of none.");
+  }
+  detail::preemption_point(st);
+  return AccumulateScope(
+      state_,
+      num_items.detach().reshape({}).to(detail::device(st), torch::kLong));
+}
+
+AccumulateScope Accelerator::accumulate(
+    const PreparedModelBase& model, int64_t num_items) {
+  if (num_items < 0) {
+    throw InvalidArgument(
+        component::kAccelerator,
+        "accumulate(model, num_items) got " + std::to_string(num_items) +
+            " items. Pass the count of this micro-batch's items (0 or "
+            "more).");
+  }
+  return accumulate(model, torch::tensor(num_items, torch::kLong));
 }
 
 Accelerator::NoSyncScope Accelerator::no_sync(const PreparedModelBase& model) {

@@ -70,6 +70,15 @@ struct AcceleratorState {
     return sync_gradients && no_sync_depth == 0;
   }
   int64_t micro_step = 0;
+  /// The accumulation window that ends at the next synchronising backward:
+  /// its micro-steps so far, and with accumulate(model, num_items) the
+  /// items they hold (on the device; empty when not counted).
+  int64_t window_micro_steps = 0;
+  torch::Tensor window_items;
+  /// After the window's last backward: scales its gradients by the real
+  /// size of a short window (count_short_window) or by the items counted
+  /// (all-reduced once), then starts the next window.
+  void finish_window();
 
   // Some optimizer stepped through the scaler and update() is still due.
   bool scaler_update_pending = false;

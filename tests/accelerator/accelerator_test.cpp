@@ -1515,3 +1515,106 @@ TEST_F(AcceleratorDirTest, ProfileCountsTheStepsOpsAndWritesAChromeTrace) {
 
 }  // namespace
 }  // namespace ampkit
+
+namespace ampkit {
+namespace {
+
+// The gradient of a linear model's mean squared error over `x`, `y`.
+std::vector<torch::Tensor> reference_gradient(
+    const torch::nn::Linear& like,
+    const torch::Tensor& x,
+    const torch::Tensor& y) {
+  torch::nn::Linear copy(like->options);
+  {
+    torch::NoGradGuard no_grad;
+    copy->weight.copy_(like->weight);
+    copy->bias.copy_(like->bias);
+  }
+  torch::mse_loss(copy(x), y).backward();
+  return {copy->weight.grad().clone(), copy->bias.grad().clone()};
+}
+
+// count_short_window: the last window of an epoch, cut short by the
+// loader's end, averages over the micro-steps it had; by default (as
+// accelerate) it is divided by the full count.
+TEST(AcceleratorTest, ShortLastWindowAveragesOverItsMicroStepsWhenAsked) {
+  const auto data = torch::randn({5, 3});
+  const auto target = torch::randn({5, 1});
+  for (const bool count : {false, true}) {
+    Accelerator accelerator(
+        quiet().gradient_accumulation_steps(2).count_short_window(count));
+    torch::manual_seed(1);
+    torch::nn::Linear net(3, 1);
+    auto model = accelerator.prepare(net);
+    auto loader = accelerator.prepare_data_loader(
+        torch::data::datasets::TensorDataset(torch::cat({data, target}, 1))
+            .map(torch::data::transforms::Stack<torch::data::TensorExample>()),
+        torch::data::DataLoaderOptions(1));
+    int64_t micro = 0;
+    for (auto& batch : loader) {
+      auto scope = accelerator.accumulate(model);
+      const auto x = batch.data.narrow(1, 0, 3);
+      const auto y = batch.data.narrow(1, 3, 1);
+      accelerator.backward(torch::mse_loss(model(x), y));
+      if (++micro < 5) {
+        if (accelerator.sync_gradients()) {
+          net->zero_grad();  // windows [0, 1] and [2, 3]
+        }
+        continue;
+      }
+      // The fifth batch alone, the window's only micro-step.
+      ASSERT_TRUE(accelerator.sync_gradients());
+      const auto want =
+          reference_gradient(net, data[4].unsqueeze(0), target[4].unsqueeze(0));
+      const double share = count ? 1.0 : 0.5;
+      EXPECT_TRUE(torch::allclose(net->weight.grad(), want[0] * share, 0, 1e-6))
+          << "count_short_window " << count;
+      EXPECT_TRUE(torch::allclose(net->bias.grad(), want[1] * share, 0, 1e-6));
+    }
+  }
+}
+
+// accumulate(model, num_items) with sum losses: the window's gradient is
+// the mean over all its items, however unevenly the micro-batches hold
+// them (padding masked out).
+TEST(AcceleratorTest, CountedItemsGiveTheMeanOverTheWholeWindow) {
+  Accelerator accelerator(quiet().gradient_accumulation_steps(2));
+  torch::manual_seed(2);
+  torch::nn::Linear net(3, 1);
+  auto model = accelerator.prepare(net);
+  const auto x = torch::randn({10, 3});
+  const auto y = torch::randn({10, 1});
+  // Micro-batches of 6 and 4 rows, of which 5 and 1 are real items.
+  const auto mask = torch::tensor({1, 1, 1, 0, 1, 1, 0, 0, 1, 0}, torch::kBool);
+  for (const auto& [begin, length] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 6}, {6, 4}}) {
+    const auto m = mask.narrow(0, begin, length);
+    auto scope = accelerator.accumulate(model, m.sum());
+    const auto err =
+        (model(x.narrow(0, begin, length)) - y.narrow(0, begin, length))
+            .pow(2)
+            .squeeze(1);
+    accelerator.backward(err.masked_select(m).sum());
+  }
+  const auto want = reference_gradient(net, x.index({mask}), y.index({mask}));
+  EXPECT_TRUE(torch::allclose(net->weight.grad(), want[0], 0, 1e-6));
+  EXPECT_TRUE(torch::allclose(net->bias.grad(), want[1], 0, 1e-6));
+  // A window counts every micro-step or none.
+  net->zero_grad();
+  {
+    auto scope = accelerator.accumulate(model, 3);
+    accelerator.backward(model(x).sum());
+  }
+  EXPECT_THAT(
+      [&] { auto scope = accelerator.accumulate(model); },
+      ThrowsMessage<UsageError>(HasSubstr("Count the items of every")));
+  EXPECT_THAT(
+      [&] { auto scope = accelerator.accumulate(model, -1); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("got -1 items")));
+  EXPECT_THAT(
+      [&] { auto scope = accelerator.accumulate(model, torch::ones({2})); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("needs one integer count")));
+}
+
+}  // namespace
+}  // namespace ampkit

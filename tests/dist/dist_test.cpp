@@ -359,6 +359,11 @@ TEST_F(DistTest, FindUnusedParametersAllowsThem) {
   expect_all_ok(run(2, {"unused_allowed"}));
 }
 
+TEST_F(DistTest, CountedItemsGiveOneBigBatchsMeanAcrossProcesses) {
+  expect_all_ok(run(2, {"counted_items", "0"}));
+  expect_all_ok(run(2, {"counted_items", "2"}));
+}
+
 TEST_F(DistTest, StaticGraphAllowsUnusedParametersWithoutTheGraphWalk) {
   expect_all_ok(run(2, {"unused_static_graph"}));
 }

@@ -48,7 +48,10 @@ class [[nodiscard]] AccumulateScope {
 
  private:
   friend class Accelerator;
-  explicit AccumulateScope(std::shared_ptr<detail::AcceleratorState> state);
+  /// `num_items`: this micro-step's counted items, or undefined.
+  AccumulateScope(
+      std::shared_ptr<detail::AcceleratorState> state,
+      const torch::Tensor& num_items);
   std::shared_ptr<detail::AcceleratorState> state_;
 };
 
@@ -177,6 +180,17 @@ class Accelerator {
       const torch::Tensor& loss, bool retain_graph, bool create_graph = false);
   /// Opens one micro-step; see AccumulateScope.
   AccumulateScope accumulate(const PreparedModelBase& model);
+  /// One micro-step of a token-level loss (accelerate's num_items_in_batch,
+  /// transformers#34373): `num_items` counts the items (tokens that are not
+  /// padding) of this micro-batch on this process, and backward() takes
+  /// the loss SUMMED over them. At the window's last backward the counts of
+  /// its micro-steps and processes are all-reduced once and the gradients
+  /// divided by the total, so that they equal one big batch's mean over
+  /// all its items, however unevenly they fall. Every micro-step of a
+  /// window counts, or none (a UsageError).
+  AccumulateScope accumulate(
+      const PreparedModelBase& model, const torch::Tensor& num_items);
+  AccumulateScope accumulate(const PreparedModelBase& model, int64_t num_items);
   /// accelerate's accumulate(*models): one micro-step for several prepared
   /// models trained together (a GAN's generator and discriminator).
   template <typename... Rest>

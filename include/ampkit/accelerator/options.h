@@ -141,6 +141,11 @@ constexpr const char* kEnvAccelerateGradientClipping =
      the first step records the parameters without a gradient, later steps    \
      skip them without find_unused_parameters' graph walk. */                 \
   _(bool, static_graph, dist::SyncOptions().static_graph())                   \
+  /* The last accumulation window of an epoch, cut short by the data          \
+     loader's end, averages over the micro-steps it had (its gradients are    \
+     multiplied by gradient_accumulation_steps / micro-steps). false, as      \
+     accelerate: divided by gradient_accumulation_steps all the same. */      \
+  _(bool, count_short_window, false)                                          \
   /* Compress the gradient all-reduce to bf16 or fp16 (not auto). */          \
   _(Precision, gradient_compression, Precision::no)                           \
   /* Broadcast rank 0's buffers before each synchronising forward (DDP's      \
