@@ -216,10 +216,22 @@ ResolvedAcceleratorOptions resolve_options(
   r.mixed_precision = precision.value;
   std::string precision_value = to_string(precision.value);
   std::string precision_source = precision.source;
+  // On a GPU with bf16 (compute capability >= 8.0) fp32 and bf16 are both
+  // plausible (a small model can be slower in bf16, as on a CPU), so both
+  // are timed on the model. fp16 (older GPUs) needs loss scaling from the
+  // start, so it is decided without a measurement.
+  std::vector<Precision> gpu_candidates;
+  if (r.device.is_cuda()) {
+    for (const auto& gpu : caps.cuda_devices) {
+      if (gpu.index == r.device.index() && gpu.bf16()) {
+        gpu_candidates = {Precision::no, Precision::bf16};
+      }
+    }
+  }
   const std::vector<Precision> candidates =
       precision.value == Precision::automatic
           ? detail::auto_candidates(
-                r.device.is_cpu(), caps.cpu.native_bf16(), {})
+                r.device.is_cpu(), caps.cpu.native_bf16(), gpu_candidates)
           : std::vector<Precision>{};
   if (candidates.size() > 1) {
     // More than one could be fastest: timed on the user's model at its
