@@ -417,8 +417,7 @@ TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
       "mpirun_config.mpirun_hostfile '/home/user/hostfile': ampkit launch "
       "starts the processes itself");
   refused(
-      "fp8_config:\n  backend: TE\n",
-      "fp8_config.backend 'TE': fp8 training");
+      "fp8_config:\n  backend: TE\n", "fp8_config.backend 'TE': fp8 training");
   refused(
       "downcast_bf16: 'yes'\n",
       "downcast_bf16 'yes': a setting of accelerate's TPU pods");
