@@ -24,16 +24,8 @@ twins=$2
 python=$3
 here=$(cd "$(dirname "$0")" && pwd)
 
-if ! "$python" -c 'import accelerate' >/dev/null 2>&1; then
-  # In CI the real accelerate must check every landing: setup.sh test
-  # makes this venv, so its absence is a failure there.
-  if [ -n "${CI:-}" ]; then
-    echo "FAIL: $python cannot import accelerate (CI is set; bash scripts/setup.sh test makes it)"
-    exit 1
-  fi
-  echo "skip: $python cannot import accelerate"
-  exit 77
-fi
+source "$(dirname "$0")/require_accelerate.sh"
+require_accelerate "$python"
 
 export TESTING_MOCKED_DATALOADERS=1  # 2048/512 images, 2 epochs
 steps=2                              # --gradient_accumulation_steps

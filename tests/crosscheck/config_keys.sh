@@ -26,14 +26,8 @@ cli=$1
 python=$2
 work=$3
 
-if ! "$python" -c 'import accelerate' >/dev/null 2>&1; then
-  if [ -n "${CI:-}" ]; then
-    echo "FAIL: $python cannot import accelerate (CI is set; bash scripts/setup.sh test makes it)"
-    exit 1
-  fi
-  echo "skip: $python cannot import accelerate"
-  exit 77
-fi
+source "$(dirname "$0")/require_accelerate.sh"
+require_accelerate "$python"
 mkdir -p "$work"
 rm -f "$work"/key_*.yaml "$work"/base.yaml
 

@@ -22,16 +22,8 @@ cli=$1
 python=$2
 work=$3
 
-if ! "$python" -c 'import accelerate' >/dev/null 2>&1; then
-  # In CI the real accelerate must check every landing: setup.sh test
-  # makes this venv, so its absence is a failure there.
-  if [ -n "${CI:-}" ]; then
-    echo "FAIL: $python cannot import accelerate (CI is set; bash scripts/setup.sh test makes it)"
-    exit 1
-  fi
-  echo "skip: $python cannot import accelerate"
-  exit 77
-fi
+source "$(dirname "$0")/require_accelerate.sh"
+require_accelerate "$python"
 mkdir -p "$work"
 rm -f "$work"/ampkit_*.yaml "$work"/accelerate_*.yaml
 failed=0
