@@ -13,6 +13,7 @@
 #include <exception>
 #include <iostream>
 #include <sstream>
+#include <unordered_set>
 
 #include "accelerator/state.h"
 #include "amp/cuda_capability.h"
@@ -258,6 +259,7 @@ AccumulateScope::AccumulateScope(
         st.micro_step % st.options.gradient_accumulation_steps == 0;
   }
   st.in_accumulate = true;
+  st.window_factor = torch::Tensor();
   ++st.window_micro_steps;
   if (num_items.defined()) {
     st.window_items =
@@ -623,8 +625,11 @@ void Accelerator::backward_unhinted(
     ++st.loss_count;
   }
   // Counted items: the loss is a sum, divided by the window's items after
-  // its last backward.
-  torch::Tensor scaled = steps > 1 && !st.window_items.defined()
+  // its synchronising backward. A further backward in that micro-step (two
+  // losses, a GAN's two models) is scaled as the window's gradients were.
+  const bool closed = st.window_factor.defined();
+  torch::Tensor scaled = closed ? loss * st.window_factor.to(loss.scalar_type())
+                         : steps > 1 && !st.window_items.defined()
                              ? loss / static_cast<double>(steps)
                              : loss;
   if (st.scaler) {
@@ -645,7 +650,7 @@ void Accelerator::backward_unhinted(
       }
     }
   }
-  if (st.sync_gradients) {
+  if (st.sync_gradients && !closed) {
     st.finish_window();
   }
 }
@@ -658,6 +663,9 @@ void AcceleratorState::finish_window() {
   window_micro_steps = 0;
   window_items = torch::Tensor();
   torch::Tensor factor;
+  if (had == 0) {
+    return;  // no accumulate() scope: nothing was counted
+  }
   if (items.defined()) {
     // One all-reduce per window. The processes' gradients were averaged
     // (DDP and ZeRO divide by the process count), so the sum over
@@ -670,27 +678,34 @@ void AcceleratorState::finish_window() {
     }
     factor =
         static_cast<double>(options.dist.world_size) / total.clamp_min(1.0);
-  } else if (options.count_short_window && had > 0 && had < steps) {
+  } else if (options.count_short_window && had < steps) {
     factor = torch::tensor(
         static_cast<double>(steps) / static_cast<double>(had),
         torch::dtype(torch::kDouble).device(detail::device(*this)));
   } else {
     return;
   }
+  window_factor = factor;
   torch::NoGradGuard no_grad;
+  // Every gradient once: the prepared models' and the optimizers'
+  // parameters (a tensor may be in both, or registered twice). Under ZeRO
+  // an optimizer's parameters are its shard slices, whose gradients are
+  // the shard gradient it steps on.
+  std::unordered_set<const void*> seen;
+  auto scale = [&](torch::Tensor& p) {
+    if (p.grad().defined() && seen.insert(p.unsafeGetTensorImpl()).second) {
+      p.mutable_grad().mul_(factor.to(p.grad().scalar_type()));
+    }
+  };
   for (const auto& model : models) {
     for (auto& p : model->parameters()) {
-      if (p.grad().defined()) {
-        p.mutable_grad().mul_(factor.to(p.grad().scalar_type()));
-      }
+      scale(p);
     }
   }
   for (auto& entry : optimizers) {
-    if (entry.sharded) {  // the shard gradient the optimizer steps on
-      std::vector<bool> managed;
-      for (auto& part : entry.sharded->shard_gradients(
-               entry.sharded->parameters(), managed)) {
-        part.mul_(factor.to(part.scalar_type()));
+    for (auto& group : entry.optimizer->param_groups()) {
+      for (auto& p : group.params()) {
+        scale(p);
       }
     }
   }

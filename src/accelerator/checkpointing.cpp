@@ -660,9 +660,11 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   // another number of processes every saved shard, to re-split.
   std::vector<std::vector<std::string>> optimizer_files;
   std::vector<std::vector<std::string>> optimizers;
+  std::vector<bool> resplit;
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     auto& names = optimizer_files.emplace_back();
-    if (check_partition(m, target, i, st.optimizers[i])) {
+    resplit.push_back(check_partition(m, target, i, st.optimizers[i]));
+    if (resplit.back()) {
       const auto& saved = m.optimizer_partitions[i].boundaries;
       for (size_t q = 0; q + 1 < saved.size(); ++q) {
         names.push_back(shard_file(i, static_cast<int64_t>(q)));
@@ -758,7 +760,9 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         }
       });
     };
-    if (optimizer_files[i].size() == 1) {
+    // Saved by another process count (one process included: one shard
+    // file, still another partition): re-split.
+    if (!resplit[i]) {
       load(0);
     } else {
       st.optimizers[i].sharded->load_resplit(

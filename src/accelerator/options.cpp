@@ -408,11 +408,15 @@ ResolvedAcceleratorOptions resolve_options(
             format_double(r.gradient_clipping) + " (" + clipping.source +
             "). DeepSpeed configs often use 1.0.");
   }
-  if (r.zero_stage > 0 && r.find_unused_parameters) {
+  if (r.zero_stage > 0 && (r.find_unused_parameters || r.static_graph)) {
+    // static_graph allows parameters without a gradient, as
+    // find_unused_parameters does.
+    const std::string option =
+        r.find_unused_parameters ? "find_unused_parameters" : "static_graph";
     throw InvalidArgument(
         component::kAccelerator,
-        "zero_stage " + std::to_string(r.zero_stage) +
-            " with find_unused_parameters is not supported: a shard steps as "
+        "zero_stage " + std::to_string(r.zero_stage) + " with " + option +
+            " is not supported: a shard steps as "
             "one tensor, so a parameter without a gradient would still move "
             "with its optimizer's momentum. Use zero_stage 0 for this "
             "model, or make every parameter take part in the loss.");

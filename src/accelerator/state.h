@@ -75,10 +75,13 @@ struct AcceleratorState {
   /// items they hold (on the device; empty when not counted).
   int64_t window_micro_steps = 0;
   torch::Tensor window_items;
-  /// After the window's last backward: scales its gradients by the real
-  /// size of a short window (count_short_window) or by the items counted
-  /// (all-reduced once), then starts the next window.
+  /// At the window's first synchronising backward: scales its gradients by
+  /// the real size of a short window (count_short_window) or by the items
+  /// counted (all-reduced once), and keeps the factor in window_factor, by
+  /// which a further backward in the same micro-step scales its loss; the
+  /// next accumulate() scope clears it.
   void finish_window();
+  torch::Tensor window_factor;
 
   // Some optimizer stepped through the scaler and update() is still due.
   bool scaler_update_pending = false;

@@ -262,15 +262,14 @@ void ShardedSampler::save_position(
             std::to_string(s.epoch) + ".");
   }
   // The position as samples of the epoch's order, which any number of
-  // processes can continue from; the epoch is finished when process 0 (the
-  // one with the most batches) has had all of its batches.
+  // processes can continue from; the epoch is finished when this process
+  // (the one writing the file: process 0, or a machine's local main) has
+  // had all of its batches.
   size_t samples = s.start;
   bool finished = false;
   if (s.batch > 0) {
     samples = std::min(s.n, s.start + batches * s.global(s.batch));
-    auto first = o;
-    first.process_index(0);
-    finished = batches >= count_batches(s.n - s.start, first, s.batch);
+    finished = batches >= count_batches(s.n - s.start, o, s.batch);
   }
   write_int(archive, "epoch", s.epoch);
   // Whether `epoch` is under way (else the next reset() starts it).
@@ -352,6 +351,7 @@ void ShardedSampler::set_epoch(int64_t epoch) {
   state_->epoch = epoch;
   state_->epoch_chosen = true;
   state_->skip = 0;
+  state_->skip_samples = 0;
 }
 
 void ShardedSampler::skip_first_batches(size_t n) {

@@ -60,6 +60,7 @@ class CompressionHook : public c10d::CommHookInterface {
 
 struct DelayedReduce {
   std::atomic<bool> armed{false};
+  std::atomic<bool> queued{false};  // once: the Reducer's first iteration
   c10d::Reducer* reducer = nullptr;
 };
 
@@ -77,7 +78,6 @@ struct GradientSynchronizer::Impl {
   // gradient queues the Reducer's delayed all-reduce at the end of that
   // backward (what Python DDP's _DDPSink does from the outputs).
   std::shared_ptr<DelayedReduce> delayed = std::make_shared<DelayedReduce>();
-  int64_t sync_forwards = 0;
   std::vector<unsigned> hooks;
   bool expecting_backward = false;
   bool require_forward_param_sync = true;
@@ -150,6 +150,7 @@ GradientSynchronizer::GradientSynchronizer(
         im.params[i].register_hook([flags, delayed, i](const torch::Tensor&) {
           (*flags)[i] = true;
           if (delayed->armed.exchange(false)) {
+            delayed->queued = true;
             // Runs inside this backward, so the callback runs at its end.
             torch::autograd::Engine::get_default_engine().queue_callback(
                 [reducer = delayed->reducer] { reducer->delay_all_reduce(); });
@@ -265,7 +266,10 @@ void GradientSynchronizer::after_forward(
         im.options.find_unused_parameters() && !im.options.static_graph();
     im.reducer->prepare_for_backward(
         search ? outputs : std::vector<torch::Tensor>{});
-    if (im.options.static_graph() && im.sync_forwards++ == 0) {
+    // Until a backward has queued it (one that reached no parameter
+    // queues nothing, and the next synchronising one is still the
+    // Reducer's first iteration).
+    if (im.options.static_graph() && !im.delayed->queued) {
       im.delayed->armed = true;
     }
   }
@@ -278,7 +282,6 @@ void GradientSynchronizer::after_backward() {
     return;
   }
   im.expecting_backward = false;
-  im.delayed->armed = false;  // a backward that reached no parameter
   if (im.options.find_unused_parameters() || im.options.static_graph()) {
     return;
   }

@@ -430,9 +430,10 @@ void ShardedOptimizer::load_resplit(
           continue;
         }
         const int64_t length = slices[g].numel();
-        const int64_t from = std::max(starts[g], begin) - starts[g];
-        const int64_t to = std::clamp(
-            std::min(starts[g] + length, end) - starts[g], from, length);
+        // The part of this slice inside [begin, end) (empty when this
+        // group's slice lies wholly before or after it).
+        const int64_t from = std::clamp(begin - starts[g], int64_t{0}, length);
+        const int64_t to = std::clamp(end - starts[g], from, length);
         for (auto& [key, value] : fields_of(*it->second)) {
           if (value.isTensor()) {
             const auto& t = value.toTensor();

@@ -1599,6 +1599,29 @@ TEST(AcceleratorTest, CountedItemsGiveTheMeanOverTheWholeWindow) {
   const auto want = reference_gradient(net, x.index({mask}), y.index({mask}));
   EXPECT_TRUE(torch::allclose(net->weight.grad(), want[0], 0, 1e-6));
   EXPECT_TRUE(torch::allclose(net->bias.grad(), want[1], 0, 1e-6));
+  // The same window, in the other order, with the last micro-step's loss
+  // (5 items) in two backward calls: the second comes after the window's
+  // gradients were divided.
+  net->zero_grad();
+  for (const auto& [begin, length] :
+       std::vector<std::pair<int64_t, int64_t>>{{6, 4}, {0, 6}}) {
+    const auto m = mask.narrow(0, begin, length);
+    auto scope = accelerator.accumulate(model, m.sum());
+    const auto err =
+        (model(x.narrow(0, begin, length)) - y.narrow(0, begin, length))
+            .pow(2)
+            .squeeze(1)
+            .masked_select(m);
+    if (begin == 6) {
+      accelerator.backward(err.sum());
+    } else {
+      // The first share of the items, then the rest.
+      accelerator.backward(err.narrow(0, 0, 1).sum(), /*retain_graph=*/true);
+      accelerator.backward(err.narrow(0, 1, err.size(0) - 1).sum());
+    }
+  }
+  EXPECT_TRUE(torch::allclose(net->weight.grad(), want[0], 0, 1e-6));
+  EXPECT_TRUE(torch::allclose(net->bias.grad(), want[1], 0, 1e-6));
   // A window counts every micro-step or none.
   net->zero_grad();
   {

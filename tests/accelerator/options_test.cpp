@@ -311,6 +311,13 @@ TEST(OptionsTest, ZeroStageFollowsThePrecedenceAndStageThreeIsRefused) {
       "zero_stage 2 with find_unused_parameters is not supported");
   AMPKIT_EXPECT_THROWS_WITH(
       resolve_options(
+          AcceleratorOptions().zero_stage(1).static_graph(true),
+          env_of({}),
+          cpu_only(false)),
+      InvalidArgument,
+      "zero_stage 1 with static_graph is not supported");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
           AcceleratorOptions().gradient_clipping(-1.0),
           env_of({}),
           cpu_only(false)),

@@ -1,7 +1,7 @@
 // One process of the checkpoint tests (started by checkpoint_test.cpp and
 // the numpy interchange test):
 //   train PREC STEPS OUT [--save-at N DIR] [--resume DIR] [--save-every DIR]
-//         [--zero STAGE] [--sample-log FILE] [--one-epoch]
+//         [--zero STAGE] [--two-groups] [--sample-log FILE] [--one-epoch]
 //         [--dump-optimizer PREFIX]
 //     trains a small MLP with dropout on a shuffled prepared loader
 //     (13 batches per epoch, so saves fall mid-epoch), gradient accumulation
@@ -153,6 +153,7 @@ int train(int argc, char** argv) {
   std::string save_dir, resume, every, sample_log, dump;
   int64_t zero = 0;
   bool one_epoch = false;
+  bool two_groups = false;
   for (int i = 5; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--one-epoch") {
@@ -160,6 +161,9 @@ int train(int argc, char** argv) {
       --i;
     } else if (i + 1 >= argc) {
       break;
+    } else if (flag == "--two-groups") {
+      two_groups = true;
+      --i;
     } else if (flag == "--zero") {
       zero = std::stoll(argv[i + 1]);
     } else if (flag == "--sample-log") {
@@ -195,7 +199,16 @@ int train(int argc, char** argv) {
   // Each rank draws its own dropout masks, so each rank's RNG file matters.
   torch::manual_seed(5 + static_cast<uint64_t>(accelerator.process_index()));
   Mlp net;
-  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(1e-2));
+  // --two-groups: fc1 and fc2 in param groups of their own (ZeRO's
+  // shards then cut across groups).
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (two_groups) {
+    groups.emplace_back(net->fc1->parameters());
+    groups.emplace_back(net->fc2->parameters());
+  } else {
+    groups.emplace_back(net->parameters());
+  }
+  torch::optim::Adam adam(groups, torch::optim::AdamOptions(1e-2));
   ampkit::optim::CosineWithWarmup cosine(adam, 3, 200);
   auto [model, optimizer, scheduler] = accelerator.prepare(net, adam, cosine);
   auto loader = accelerator.prepare_data_loader(

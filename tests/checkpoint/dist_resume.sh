@@ -40,15 +40,18 @@ check_samples() {  # SAVED_PREFIX RESUMED_PREFIX PADDING WHAT
 for zero in 0 2; do
   d="$dir/z$zero"
   mkdir -p "$d"
-  launch train no 2 "$d/part.pt" --save-at 2 "$d/ckpt" --zero "$zero" --sample-log "$d/log_saved" --dump-optimizer "$d/state"
+  # ZeRO with two param groups: the shards cut across groups.
+  groups=()
+  [ "$zero" -gt 0 ] && groups=(--two-groups)
+  launch train no 2 "$d/part.pt" --save-at 2 "$d/ckpt" --zero "$zero" "${groups[@]}" --sample-log "$d/log_saved" --dump-optimizer "$d/state"
   # 1 process: the 36 samples left, no padding.
-  out="$("$worker" train no 1000 "$d/one.pt" --resume "$d/ckpt" --zero "$zero" --one-epoch \
+  out="$("$worker" train no 1000 "$d/one.pt" --resume "$d/ckpt" --zero "$zero" "${groups[@]}" --one-epoch \
     --sample-log "$d/log_one" --dump-optimizer "$d/one_state" 2>&1)" || fail "zero $zero, 1-process resume: $out"
   grep -q "saved by 2 processes and resumes on 1" <<<"$out" || fail "zero $zero, 1 process: no notice: $out"
   check_samples "$d/log_saved" "$d/log_one" 0 "zero $zero, 1 process"
   # 3 processes (on 2 cores here): 36 samples left, padded to 48 (global
   # batch 24).
-  launch --num_processes 3 --oversubscribe train no 1000 "$d/three.pt" --resume "$d/ckpt" --zero "$zero" --one-epoch --sample-log "$d/log_three" --dump-optimizer "$d/three_state"
+  launch --num_processes 3 --oversubscribe train no 1000 "$d/three.pt" --resume "$d/ckpt" --zero "$zero" "${groups[@]}" --one-epoch --sample-log "$d/log_three" --dump-optimizer "$d/three_state"
   check_samples "$d/log_saved" "$d/log_three" 12 "zero $zero, 3 processes"
   if [ "$zero" -eq 0 ]; then
     "$worker" compare-shards "$d/state" 1 "$d/one_state" 1 || fail "DDP: the optimizer state differs after a 1-process resume"
@@ -58,4 +61,12 @@ for zero in 0 2; do
     "$worker" compare-shards "$d/state" 2 "$d/three_state" 3 || fail "ZeRO-2: the shards are not re-split exactly for 3 processes"
   fi
 done
+# ZeRO-2 saved by 1 process (one shard file, still a partition) resumed on
+# 2: re-split, not loaded whole into each half.
+d="$dir/z2one"
+mkdir -p "$d"
+"$worker" train no 2 "$d/part.pt" --save-at 2 "$d/ckpt" --zero 2 --two-groups --dump-optimizer "$d/state" > "$dir/log" 2>&1 ||
+  fail "1-process ZeRO-2 save: $(cat "$dir/log")"
+launch train no 1000 "$d/two.pt" --resume "$d/ckpt" --zero 2 --two-groups --one-epoch --dump-optimizer "$d/two_state"
+"$worker" compare-shards "$d/state" 1 "$d/two_state" 2 || fail "ZeRO-2: a 1-process checkpoint is not re-split exactly for 2 processes"
 echo "dist_resume: ok"
