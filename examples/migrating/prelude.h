@@ -1,6 +1,7 @@
-// What MIGRATING.md's C++ snippets may use without declaring it: ampkit,
-// LibTorch, a small model and Fashion-MNIST. Each snippet is compiled as the
-// body of its own function (extract_snippets.cmake).
+// What the C++ snippets of MIGRATING.md, README.md and docs/ may use without
+// declaring it: ampkit, LibTorch, a small model and Fashion-MNIST. Each
+// snippet is compiled as the body of its own function, all of them in one
+// file (extract_snippets.cmake).
 #pragma once
 
 #include <ampkit/ampkit.h>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace migrating {

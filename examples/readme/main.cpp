@@ -1,6 +1,7 @@
-// The README's Accelerator example, compiled and run in CI so that the two
-// cannot drift apart (tests check that README.md quotes this file between
-// the markers). A linear classifier on random data, in a few steps.
+// The quick tour's Accelerator example, compiled and run in CI so that the
+// two cannot drift apart (a test checks that docs/quick-tour.md quotes this
+// file between the markers). A linear classifier on random data, in a few
+// steps.
 #include <ampkit/ampkit.h>
 #include <torch/torch.h>
 
