@@ -816,6 +816,13 @@ AccumulateScope Accelerator::accumulate(
 
 Accelerator::NoSyncScope Accelerator::no_sync(const PreparedModelBase& model) {
   check_prepared(model);
+  if (state_->options.static_graph) {
+    throw UsageError(
+        component::kAccelerator,
+        "no_sync() with static_graph is not supported: the DDP Reducer's "
+        "first static iteration must synchronise. Use static_graph(false) "
+        "(the default) when the loop accumulates without synchronising.");
+  }
   return NoSyncScope(state_);
 }
 

@@ -421,6 +421,19 @@ ResolvedAcceleratorOptions resolve_options(
             "with its optimizer's momentum. Use zero_stage 0 for this "
             "model, or make every parameter take part in the loss.");
   }
+  if (r.static_graph && r.gradient_accumulation_steps > 1) {
+    // LibTorch 2.x's Reducer counts a backward without synchronisation as
+    // its first static iteration, and the ranks then drift apart (1.13
+    // trains right): refused on every version rather than wrong on some.
+    throw InvalidArgument(
+        component::kAccelerator,
+        "static_graph with gradient_accumulation_steps " +
+            std::to_string(r.gradient_accumulation_steps) +
+            " is not supported: the DDP Reducer's first static iteration "
+            "must synchronise, and accumulation micro-steps do not. Use "
+            "static_graph(false) (the default) with accumulation, or "
+            "gradient_accumulation_steps 1.");
+  }
   if (r.total_limit < 0) {
     throw InvalidArgument(
         component::kAccelerator,

@@ -318,6 +318,14 @@ TEST(OptionsTest, ZeroStageFollowsThePrecedenceAndStageThreeIsRefused) {
       "zero_stage 1 with static_graph is not supported");
   AMPKIT_EXPECT_THROWS_WITH(
       resolve_options(
+          AcceleratorOptions().static_graph(true).gradient_accumulation_steps(
+              2),
+          env_of({}),
+          cpu_only(false)),
+      InvalidArgument,
+      "static_graph with gradient_accumulation_steps 2 is not supported");
+  AMPKIT_EXPECT_THROWS_WITH(
+      resolve_options(
           AcceleratorOptions().gradient_clipping(-1.0),
           env_of({}),
           cpu_only(false)),
