@@ -10,7 +10,7 @@ set -euo pipefail
 bin="$1" out="$2" cli="${3:-}"
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "preempt_test: $*" >&2; exit 1; }
-args=(--epochs 1 --max-steps 300 --limit-test 200 --batch-size 32 --mixed-precision no)
+args=(--epochs 1 --max-steps 120 --limit-test 200 --batch-size 32 --mixed-precision no)
 launch=()
 if [ -n "$cli" ]; then
   launch=("$cli" launch --quiet --cpu --num_processes 2 --num_cpu_threads_per_process 1)
@@ -42,7 +42,7 @@ step="$(echo "$line" | sed -n 's/.*SIGTERM at step \([0-9]*\): saved .*/\1/p')"
 [ -n "$step" ] || fail "no line saying what was saved: $(cat "$out/first.log")"
 [ -f "$out/run/checkpoints/checkpoint_$step/manifest.json" ] ||
   fail "checkpoint_$step, which it says it saved, is not complete"
-[ "$step" -lt 300 ] || fail "the signal came after the last step; nothing was checked"
+[ "$step" -lt 120 ] || fail "the signal came after the last step; nothing was checked"
 
 "${cmd[@]}" > "$out/resume.log" 2>&1 || fail "resumed run: $(cat "$out/resume.log")"
 grep -q "resumed from .*checkpoint_$step at step $step" "$out/resume.log" ||

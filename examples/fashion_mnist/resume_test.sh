@@ -8,7 +8,7 @@ set -euo pipefail
 bin="$1" out="$2" hooks="$3"
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "resume_test: $*" >&2; exit 1; }
-args=(--epochs 2 --limit-train 640 --limit-test 200 --threads 2 --batch-size 64 --mixed-precision no)
+args=(--epochs 2 --limit-train 640 --limit-test 200 --threads 1 --batch-size 64 --mixed-precision no)
 
 "$bin" "${args[@]}" --output-dir "$out/straight" > "$out/straight.log" 2>&1 || fail "straight run: $(cat "$out/straight.log")"
 
@@ -37,7 +37,7 @@ grep -q '"train_loss_steps"' "$out/run/summary.json" || fail "summary.json lacks
 # continues the longer schedule from the saved step.
 mkdir -p "$out/longer/checkpoints"
 cp -r "$out/run/checkpoints/checkpoint_7" "$out/longer/checkpoints/"
-longer=("$bin" --epochs 3 --limit-train 640 --limit-test 200 --threads 2 --batch-size 64 --mixed-precision no
+longer=("$bin" --epochs 3 --limit-train 640 --limit-test 200 --threads 1 --batch-size 64 --mixed-precision no
   --output-dir "$out/longer" --resume-from-checkpoint latest)
 set +e
 "${longer[@]}" > "$out/longer.log" 2>&1

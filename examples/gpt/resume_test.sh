@@ -7,7 +7,7 @@ set -euo pipefail
 bin="$1" out="$2"
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "gpt resume_test: $*" >&2; exit 1; }
-args=(--config tiny --max-steps 80 --threads 2 --eval-windows 32 --sample-chars 0
+args=(--config tiny --max-steps 80 --threads 1 --eval-windows 32 --sample-chars 0
       --mixed-precision bf16 --gradient-accumulation-steps 2 --batch-size 16)
 
 "$bin" "${args[@]}" --checkpointing-steps 40 --output-dir "$out/straight" \

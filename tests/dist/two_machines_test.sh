@@ -160,7 +160,7 @@ echo "two_machines_test: a hung machine is named by the other after $took s; it 
 # --max_restarts 1 both machines restart, resume from the newest checkpoint
 # they both have, and end with the weights of an uninterrupted run.
 port=$((port + 1))
-long=(--epochs 2 --limit-train 12000 --limit-test 200 --threads 1 --batch-size 256
+long=(--epochs 2 --limit-train 2000 --limit-test 200 --threads 1 --batch-size 64
   --checkpointing-steps 5 --resume-from-checkpoint latest)
 kmachine() {  # NAMESPACE RANK OUTPUT
   ip netns exec "$1" "$ampkit" launch --quiet --cpu --num_machines 2 --machine_rank "$2" \
