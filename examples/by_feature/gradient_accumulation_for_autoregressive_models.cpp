@@ -15,6 +15,7 @@ namespace by_feature::gradient_accumulation_for_autoregressive_models {
 struct Args : by_feature::Args {
   int64_t gradient_accumulation_steps = 1;
   int64_t per_device_batch_size = 2;
+  bool with_accumulate = false;  // ampkit's accumulate(model, num_items)
 };
 
 constexpr int64_t kPad = 0;        // the tokenizer's pad (= eos) token id
@@ -129,10 +130,16 @@ void training_function(Config config, double max_grad_norm, const Args& args) {
   config = testing(config);
   const int64_t gradient_accumulation_steps = args.gradient_accumulation_steps;
   // ampkit refuses backward() outside accumulate() when the Accelerator
-  // accumulates; this loop accumulates by hand (no_sync and its own
-  // optimizer steps), so its Accelerator keeps 1 and the loss is not
-  // multiplied back by gradient_accumulation_steps below.
-  ampkit::Accelerator accelerator(options(args));
+  // accumulates; the original's loop accumulates by hand (no_sync and its
+  // own optimizer steps), so its Accelerator keeps 1 and the loss is not
+  // multiplied back by gradient_accumulation_steps below. With
+  // --with_accumulate the Accelerator accumulates instead (ampkit's way).
+  auto accelerator_options = options(args);
+  if (args.with_accumulate) {
+    accelerator_options.gradient_accumulation_steps(
+        gradient_accumulation_steps);
+  }
+  ampkit::Accelerator accelerator(accelerator_options);
   const double lr = config.lr;
   const int64_t num_epochs = config.num_epochs;
   const int64_t batch_size = config.batch_size;
@@ -159,65 +166,108 @@ void training_function(Config config, double max_grad_norm, const Args& args) {
   int64_t total_batched_samples = 0;
   for (int64_t epoch = 0; epoch < num_epochs; ++epoch) {
     model->train();
-    auto training_iterator = train_dataloader.begin();
-    for (int64_t update_step = 0; update_step < total_gradient_updates;
-         ++update_step) {
-      // To count the non-padded tokens the cross-entropy loss is computed
-      // on, we first pre-load the full local batch - i.e the next
-      // per_device_batch_size * accumulation_steps samples
-      std::vector<torch::data::Example<>> batch_samples;
-      const int64_t num_batches_in_step =
-          update_step != total_gradient_updates - 1
-              ? gradient_accumulation_steps
-              : remainder;
-      for (int64_t i = 0; i < num_batches_in_step; ++i) {
-        batch_samples.push_back(*training_iterator);
-        ++training_iterator;
-      }
-      // get local num items in batch
-      torch::Tensor local_num_items_in_batch = torch::zeros(
+    if (args.with_accumulate) {
+      // ampkit's way, the same arithmetic: each micro-step's loss is summed
+      // over its labelled tokens, and accumulate(model, num_items)
+      // all-reduces the window's token count once and divides the
+      // gradients by it. No pre-loading, no no_sync, no scaling by hand.
+      int64_t update_step = 0;
+      auto losses = torch::zeros({}, accelerator.device());
+      auto items = torch::zeros(
           {}, torch::TensorOptions(accelerator.device()).dtype(torch::kLong));
-      for (const auto& batch : batch_samples) {
-        local_num_items_in_batch += batch.target.ne(kIgnore).sum();
-      }
-      // to compute it correctly in a multi-device DDP training, we need to
-      // gather the total number of items in the full batch
-      const double num_items_in_batch =
-          accelerator.gather(local_num_items_in_batch).sum().item<double>();
-      torch::Tensor losses = torch::zeros({}, accelerator.device());
-      for (size_t i = 0; i < batch_samples.size(); ++i) {
-        // if we perform gradient accumulation in a multi-devices set-up,
-        // we want to avoid unnecessary communications when accumulating
-        std::unique_ptr<ampkit::Accelerator::NoSyncScope> ctx;
-        if (i + 1 < batch_samples.size() && accelerator.num_processes() > 1) {
-          ctx.reset(
-              new ampkit::Accelerator::NoSyncScope(accelerator.no_sync(model)));
-        }
+      torch::Tensor grad_norm;
+      for (auto& batch : train_dataloader) {
+        const auto num_items = batch.target.ne(kIgnore).sum();
+        auto scope = accelerator.accumulate(model, num_items);
         ++total_batched_samples;
-        auto loss = model(
-            batch_samples[i].data, batch_samples[i].target, num_items_in_batch);
-        // We multiply by num_processes because the DDP calculates the
-        // average gradient across all devices whereas dividing by
-        // num_items_in_batch already takes into account all devices
-        loss = loss * static_cast<double>(accelerator.num_processes());
+        auto loss = model(batch.data, batch.target, /*summed=*/1.0);
         accelerator.backward(loss);
         losses += loss.detach();
+        items += num_items;
+        if (accelerator.sync_gradients()) {
+          grad_norm =
+              accelerator.clip_grad_norm_(model->parameters(), max_grad_norm);
+        }
+        optimizer.step();
+        lr_scheduler.step();
+        optimizer.zero_grad();
+        if (!accelerator.sync_gradients()) {
+          continue;
+        }
+        const double train_loss =
+            accelerator.gather(losses).sum().item<double>() /
+            accelerator.gather(items).sum().item<double>();
+        accelerator.print(
+            "epoch " + std::to_string(epoch) + " - update step " +
+            std::to_string(update_step++) +
+            ":: grad norm: " + repr(grad_norm.item<double>()) +
+            " ::train loss: " + repr(train_loss));
+        losses.zero_();
+        items.zero_();
       }
-      // Sync gradients and perform optimization steps once every
-      // gradient_accumulation_steps
-      const auto grad_norm =
-          accelerator.clip_grad_norm_(model->parameters(), max_grad_norm);
-      optimizer.step();
-      lr_scheduler.step();
-      optimizer.zero_grad();
-      const double train_loss =
-          accelerator.gather(losses).sum().item<double>() /
-          static_cast<double>(accelerator.num_processes());
-      accelerator.print(
-          "epoch " + std::to_string(epoch) + " - update step " +
-          std::to_string(update_step) +
-          ":: grad norm: " + repr(grad_norm.item<double>()) +
-          " ::train loss: " + repr(train_loss));
+    } else {
+      auto training_iterator = train_dataloader.begin();
+      for (int64_t update_step = 0; update_step < total_gradient_updates;
+           ++update_step) {
+        // To count the non-padded tokens the cross-entropy loss is computed
+        // on, we first pre-load the full local batch - i.e the next
+        // per_device_batch_size * accumulation_steps samples
+        std::vector<torch::data::Example<>> batch_samples;
+        const int64_t num_batches_in_step =
+            update_step != total_gradient_updates - 1
+                ? gradient_accumulation_steps
+                : remainder;
+        for (int64_t i = 0; i < num_batches_in_step; ++i) {
+          batch_samples.push_back(*training_iterator);
+          ++training_iterator;
+        }
+        // get local num items in batch
+        torch::Tensor local_num_items_in_batch = torch::zeros(
+            {}, torch::TensorOptions(accelerator.device()).dtype(torch::kLong));
+        for (const auto& batch : batch_samples) {
+          local_num_items_in_batch += batch.target.ne(kIgnore).sum();
+        }
+        // to compute it correctly in a multi-device DDP training, we need to
+        // gather the total number of items in the full batch
+        const double num_items_in_batch =
+            accelerator.gather(local_num_items_in_batch).sum().item<double>();
+        torch::Tensor losses = torch::zeros({}, accelerator.device());
+        for (size_t i = 0; i < batch_samples.size(); ++i) {
+          // if we perform gradient accumulation in a multi-devices set-up,
+          // we want to avoid unnecessary communications when accumulating
+          std::unique_ptr<ampkit::Accelerator::NoSyncScope> ctx;
+          if (i + 1 < batch_samples.size() && accelerator.num_processes() > 1) {
+            ctx.reset(new ampkit::Accelerator::NoSyncScope(
+                accelerator.no_sync(model)));
+          }
+          ++total_batched_samples;
+          auto loss = model(
+              batch_samples[i].data,
+              batch_samples[i].target,
+              num_items_in_batch);
+          // We multiply by num_processes because the DDP calculates the
+          // average gradient across all devices whereas dividing by
+          // num_items_in_batch already takes into account all devices
+          loss = loss * static_cast<double>(accelerator.num_processes());
+          accelerator.backward(loss);
+          losses += loss.detach();
+        }
+        // Sync gradients and perform optimization steps once every
+        // gradient_accumulation_steps
+        const auto grad_norm =
+            accelerator.clip_grad_norm_(model->parameters(), max_grad_norm);
+        optimizer.step();
+        lr_scheduler.step();
+        optimizer.zero_grad();
+        const double train_loss =
+            accelerator.gather(losses).sum().item<double>() /
+            static_cast<double>(accelerator.num_processes());
+        accelerator.print(
+            "epoch " + std::to_string(epoch) + " - update step " +
+            std::to_string(update_step) +
+            ":: grad norm: " + repr(grad_norm.item<double>()) +
+            " ::train loss: " + repr(train_loss));
+      }
     }
     model->eval();
     std::vector<torch::Tensor> losses;
@@ -257,6 +307,12 @@ int main(int argc, char** argv) {
          args.per_device_batch_size,
          "The size of each minibatch")
       ->check(cli_checks::positive());
+  app.add_flag(
+      "--with_accumulate",
+      args.with_accumulate,
+      "ampkit only: let the Accelerator accumulate, with "
+      "accumulate(model, num_items), instead of the original's loop by hand "
+      "(the same losses and weights)");
   CLI11_PARSE(app, argc, argv);
   set_threads();
   Config config;

@@ -367,13 +367,17 @@ int run(const Args& args) {
     auto start = std::chrono::steady_clock::now();
     int64_t epoch_tokens = 0;
     for (auto& batch : loader) {
-      auto scope = accelerator.accumulate(model);
-      auto loss = model(batch.data, batch.target);
+      // A token-level loss: summed over this micro-batch's targets, and the
+      // window's gradients divided by its targets on every process (a short
+      // last batch of an epoch weighs its tokens as the others do).
+      const int64_t num_items = batch.target.numel();
+      auto scope = accelerator.accumulate(model, num_items);
+      auto loss = model(batch.data, batch.target, /*summed=*/true);
       accelerator.backward(loss);
       optimizer.step();
       scheduler.step();
       optimizer.zero_grad();
-      running += loss.detach();
+      running += loss.detach() / static_cast<double>(num_items);
       ++since_log;
       epoch_tokens += batch.data.numel();
       if (!accelerator.sync_gradients()) {

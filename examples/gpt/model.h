@@ -164,14 +164,20 @@ struct GptImpl : torch::nn::Module {
     return torch::linear(ln_f(x), wte->weight);
   }
 
-  // The mean next-token cross-entropy; computing it inside forward keeps the
-  // [B, T, vocab] logits in the autocast dtype (the prepared model converts
-  // only what forward returns to fp32).
+  // The next-token cross-entropy, the mean over the targets (summed with
+  // `summed`, for accumulate(model, num_items)); computing it inside forward
+  // keeps the [B, T, vocab] logits in the autocast dtype (the prepared model
+  // converts only what forward returns to fp32).
   torch::Tensor forward(
-      const torch::Tensor& idx, const torch::Tensor& targets) {
+      const torch::Tensor& idx,
+      const torch::Tensor& targets,
+      bool summed = false) {
     auto out = logits(idx);
     return torch::cross_entropy_loss(
-        out.view({-1, out.size(-1)}), targets.reshape({-1}));
+        out.view({-1, out.size(-1)}),
+        targets.reshape({-1}),
+        /*weight=*/{},
+        summed ? at::Reduction::Sum : at::Reduction::Mean);
   }
 
   Config config;
