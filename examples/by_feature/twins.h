@@ -1,4 +1,5 @@
-// Every twin, by the name of its Python original: each is a namespace with
+// Every twin, by the name of its Python original (streaming is ampkit's
+// own, in the same style): each is a namespace with
 // its own main, and the by_feature program (one binary, linked under each
 // name) runs the one it is called as.
 #pragma once
@@ -18,7 +19,8 @@
   _(profiler)                                        \
   _(schedule_free)                                   \
   _(cv_example)                                      \
-  _(complete_cv_example)
+  _(complete_cv_example)                             \
+  _(streaming)
 
 #define BY_FEATURE_DECLARE(name)   \
   namespace by_feature::name {     \

@@ -171,12 +171,18 @@ std::shared_ptr<LoaderPosition> register_loader(
   return position;
 }
 
+void note_stream_loader(AcceleratorState& state) {
+  ++state.stream_loaders;
+}
+
 void throw_no_sampler(const char* what) {
   throw UsageError(
       component::kAccelerator,
       std::string(what) +
           " needs the loader's ShardedSampler, got a loader prepared "
-          "without one. Build it with accelerator.prepare_data_loader(...).");
+          "without one: a stream (it has no length; iterate it to its end) "
+          "or a LibTorch loader passed to prepare(). For a dataset with a "
+          "size, build it with accelerator.prepare_data_loader(...).");
 }
 
 void set_gather_remainder(AcceleratorState& state, int64_t remainder) {
@@ -733,6 +739,7 @@ void Accelerator::free_memory() {
   st.optimizers.clear();
   st.schedulers.clear();
   st.loaders.clear();
+  st.stream_loaders = 0;
   st.registered.clear();
   st.split_batches = false;
   st.optimizer_steps = 0;
@@ -883,6 +890,62 @@ void Accelerator::throw_unsized_dataset() const {
       component::kAccelerator,
       "prepare_data_loader needs a dataset with a size, got one whose size() "
       "is empty. Give the dataset a size, or shard a stream yourself.");
+}
+
+void Accelerator::check_stream_sampler(
+    const data::ShardedSamplerOptions& sampler) const {
+  const data::ShardedSamplerOptions defaults;
+  std::string set;
+  auto note = [&](bool differs, const char* what) {
+    if (differs) {
+      set += std::string(set.empty() ? "" : ", ") + what;
+    }
+  };
+  note(sampler.shuffle() != defaults.shuffle(), "shuffle");
+  note(sampler.seed() != defaults.seed(), "seed");
+  note(sampler.even_batches() != defaults.even_batches(), "even_batches");
+  note(sampler.split_batches() != defaults.split_batches(), "split_batches");
+  note(sampler.drop_last() != defaults.drop_last(), "drop_last");
+  if (!set.empty()) {
+    throw UsageError(
+        component::kAccelerator,
+        "prepare_data_loader got a stream with ShardedSamplerOptions " + set +
+            ", which only a dataset with a size has: a stream is read in "
+            "order, and a pass ends where the first process runs out. "
+            "Shuffle inside the stream (a ChunkDataset's samplers), or pass "
+            "data::StreamSharding::stride or per_process instead.");
+  }
+}
+
+void Accelerator::check_stream_loader(
+    const torch::data::DataLoaderOptions& options) const {
+  if (options.workers() != 0 || options.drop_last()) {
+    throw UsageError(
+        component::kAccelerator,
+        std::string(
+            "prepare_data_loader got a stream with DataLoaderOptions ") +
+            (options.workers() != 0
+                 ? "workers(" + std::to_string(options.workers()) + ")"
+                 : "drop_last(true)") +
+            ": a stream is read on the training thread, one batch ahead, "
+            "and its batches are whole until the stream ends (then the "
+            "pass ends on every process). Leave workers at 0 and drop_last "
+            "false; a ChunkDataset reads ahead with its own preloaders.");
+  }
+}
+
+std::function<int64_t(int64_t)> Accelerator::process_counter() const {
+  return [state = state_](int64_t flag) -> int64_t {
+    if (!state->group) {
+      return flag;
+    }
+    auto t = torch::full(
+        {1}, flag, torch::dtype(torch::kLong).device(detail::device(*state)));
+    state->collective("stream end all-reduce", [&] {
+      state->group->all_reduce(t, ReduceOp::sum);
+    });
+    return t.item<int64_t>();
+  };
 }
 
 void Accelerator::throw_unsharded_loader() const {

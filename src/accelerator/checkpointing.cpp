@@ -418,6 +418,18 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
         "write project_dir/checkpoints/checkpoint_N. Call "
         "save_state(\"DIR\").");
   }
+  if (st.stream_loaders > 0 && !st.stream_position_told) {
+    st.stream_position_told = true;
+    warn(
+        component::kAccelerator,
+        "save_state does not save where the " +
+            std::to_string(st.stream_loaders) +
+            " prepared stream(s) are: a stream has no positions to go back "
+            "to. After load_state a stream goes on from wherever it stands "
+            "(a new one from its start); skip what was read in the stream "
+            "itself (a ChunkDataset's save()/load(), or an offset of your "
+            "own) to resume exactly.");
+  }
   // The scale update that is due would run at the next backward; running it
   // now stores the scale that step will use (and the pending update is not
   // lost or applied twice on resume).

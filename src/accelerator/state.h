@@ -128,6 +128,10 @@ struct AcceleratorState {
   // Checkpointing: what save_state writes besides models and optimizers.
   std::vector<optim::LRScheduler*> schedulers;
   std::vector<std::shared_ptr<LoaderPosition>> loaders;
+  // Prepared streams, whose position save_state cannot write (it says so
+  // once).
+  int64_t stream_loaders = 0;
+  bool stream_position_told = false;
   // A prepared loader splits each batch across the processes.
   bool split_batches = false;
   struct Registered {

@@ -23,6 +23,7 @@ inline constexpr const char* kReport = "Report";
 inline constexpr const char* kScheduleFreeAdamW = "ScheduleFreeAdamW";
 inline constexpr const char* kSetRngState = "set_rng_state";
 inline constexpr const char* kShardedSampler = "ShardedSampler";
+inline constexpr const char* kStreamLoader = "StreamLoader";
 inline constexpr const char* kTensorBoardWriter = "TensorBoardWriter";
 inline constexpr const char* kTracker = "Tracker";
 inline constexpr const char* kZero = "ZeRO";

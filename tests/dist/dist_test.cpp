@@ -364,6 +364,22 @@ TEST_F(DistTest, CountedItemsGiveOneBigBatchsMeanAcrossProcesses) {
   expect_all_ok(run(2, {"counted_items", "2"}));
 }
 
+// A stream of 23 numbers in batches of 3 over 2 and 3 processes (the
+// scenario's comment in dist_worker.cpp says what each checks).
+TEST_F(DistTest, StreamsEndAtTheSameStepOnEveryProcess) {
+  for (int w : {2, 3}) {
+    const auto results = run(w, {"streams"});
+    expect_all_ok(results);
+    EXPECT_THAT(results[0].out, HasSubstr("streams ok")) << w << " processes";
+    if (w == 3) {
+      EXPECT_THAT(
+          results[0].out,
+          HasSubstr("the stream ended unevenly after 2 steps: 2 of 3 "
+                    "processes still had a batch"));
+    }
+  }
+}
+
 TEST_F(DistTest, StaticGraphAllowsUnusedParametersWithoutTheGraphWalk) {
   expect_all_ok(run(2, {"unused_static_graph"}));
 }

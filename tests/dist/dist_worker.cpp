@@ -299,6 +299,166 @@ int metrics() {
   return 0;
 }
 
+// A stream of the numbers [first, first + n) in batches (data [b, 1],
+// target [b]), unsized; an empty batch ends it. Stateful: reset() starts
+// over, get_batch returns nullopt at the end.
+class Numbers : public torch::data::datasets::
+                    StreamDataset<Numbers, torch::data::Example<>> {
+ public:
+  Numbers(int64_t first, int64_t n) : first_(first), n_(n) {}
+  torch::data::Example<> get_batch(size_t size) override {
+    const int64_t b = std::min<int64_t>(static_cast<int64_t>(size), n_ - next_);
+    if (b <= 0) {
+      return {};
+    }
+    auto x = torch::arange(first_ + next_, first_ + next_ + b, torch::kFloat);
+    next_ += b;
+    return {x.unsqueeze(1), x};
+  }
+  torch::optional<size_t> size() const override {
+    return torch::nullopt;
+  }
+
+ private:
+  int64_t first_, n_, next_ = 0;
+};
+
+class Chunks : public torch::data::datasets::
+                   StatefulDataset<Chunks, torch::data::Example<>> {
+ public:
+  explicit Chunks(int64_t n) : numbers_(0, n), n_(n) {}
+  torch::optional<torch::data::Example<>> get_batch(size_t size) override {
+    auto batch = numbers_.get_batch(size);
+    if (!batch.data.defined()) {
+      return torch::nullopt;
+    }
+    return batch;
+  }
+  void reset() override {
+    numbers_ = Numbers(0, n_);
+  }
+  torch::optional<size_t> size() const override {
+    return torch::nullopt;
+  }
+  void save(torch::serialize::OutputArchive&) const override {}
+  void load(torch::serialize::InputArchive&) override {}
+
+ private:
+  Numbers numbers_;
+  int64_t n_;
+};
+
+// What one pass over a stream gave this process: the first number of each
+// batch and the batches' sizes.
+template <typename Loader>
+std::vector<std::pair<int64_t, int64_t>> pass(Loader& loader) {
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  for (auto& batch : loader) {
+    seen.emplace_back(
+        batch.target[0].template item<int64_t>(), batch.target.size(0));
+  }
+  return seen;
+}
+
+std::string str(const std::vector<std::pair<int64_t, int64_t>>& v) {
+  std::string s;
+  for (const auto& [first, size] : v) {
+    s += " " + std::to_string(first) + "+" + std::to_string(size);
+  }
+  return s;
+}
+
+// Streams over W processes (2 or 3), 23 numbers in batches of 3 (8 batches,
+// the last of 2): each process trains on its stride, every pass ends at
+// the same step on every process, and the batches some processes had at
+// the end are counted; with per_process streams of different lengths the
+// shortest decides; a StatefulDataset starts over each epoch; the last
+// batch of a pass synchronises an accumulation window; DDP trains on it.
+int streams() {
+  ampkit::Accelerator accelerator(
+      base_options().gradient_accumulation_steps(3));
+  const int64_t w = accelerator.num_processes();
+  const int64_t r = accelerator.process_index();
+  constexpr int64_t kBatches = 8;  // ceil(23 / 3)
+  const int64_t steps = kBatches / w;
+  std::vector<std::pair<int64_t, int64_t>> want;
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t batch = k * w + r;
+    want.emplace_back(batch * 3, batch == kBatches - 1 ? 2 : 3);
+  }
+  {
+    auto loader = accelerator.prepare_data_loader(
+        Numbers(0, 23), torch::data::DataLoaderOptions(3));
+    const auto seen = pass(loader);
+    CHECK_OR_FAIL(
+        seen == want, "stride: got" + str(seen) + ", want" + str(want));
+    const auto& end = loader.loader().last_end();
+    CHECK_OR_FAIL(
+        end.steps == steps && end.dropped == kBatches % w,
+        "stride: the pass ended after " + std::to_string(end.steps) +
+            " steps with " + std::to_string(end.dropped) + " dropped");
+    // A StreamDataset is not restarted: the next pass finds it at its end.
+    CHECK_OR_FAIL(pass(loader).empty(), "a used-up stream gave batches");
+  }
+  {
+    auto loader = accelerator.prepare_data_loader(
+        Chunks(23), torch::data::DataLoaderOptions(3));
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      const auto seen = pass(loader);
+      CHECK_OR_FAIL(
+          seen == want,
+          "ChunkDataset-like, epoch " + std::to_string(epoch) + ": got" +
+              str(seen) + ", want" + str(want));
+    }
+  }
+  {
+    // Process r's own stream has 10 + 7r numbers: ceil(n / 3) batches.
+    auto loader = accelerator.prepare_data_loader(
+        Numbers(1000 * r, 10 + 7 * r),
+        torch::data::DataLoaderOptions(3),
+        ampkit::data::StreamSharding::per_process);
+    const auto seen = pass(loader);
+    CHECK_OR_FAIL(
+        seen.size() == 4 && seen.back().first == 1000 * r + 9,
+        "per_process: got" + str(seen) + ", want 4 batches");
+    CHECK_OR_FAIL(
+        loader.loader().last_end().dropped == w - 1,
+        "per_process: " + std::to_string(loader.loader().last_end().dropped) +
+            " dropped, want " + std::to_string(w - 1));
+  }
+  {
+    // Training: DDP's all-reduces and the stream's counts interleave; the
+    // window of 3 is cut short by the end of the pass, which synchronises.
+    torch::manual_seed(0);
+    torch::nn::Linear net(1, 1);
+    torch::optim::SGD sgd(net->parameters(), 0.001);
+    auto [model, optimizer] = accelerator.prepare(net, sgd);
+    auto loader = accelerator.prepare_data_loader(
+        Numbers(0, 23), torch::data::DataLoaderOptions(3));
+    std::string syncs;
+    for (auto& batch : loader) {
+      auto scope = accelerator.accumulate(model);
+      accelerator.backward(
+          (model(batch.data).squeeze(1) - batch.target).pow(2).mean());
+      syncs += accelerator.sync_gradients() ? "s" : ".";
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+    const std::string want_syncs = w == 2 ? "..ss" : ".s";
+    CHECK_OR_FAIL(
+        syncs == want_syncs,
+        "synchronised steps " + syncs + ", want " + want_syncs);
+    for (auto& p : net->parameters()) {
+      auto all = accelerator.gather(p.detach().reshape({1, -1}));
+      for (int64_t i = 1; i < w; ++i) {
+        CHECK_OR_FAIL(all[i].equal(all[0]), "parameters differ between ranks");
+      }
+    }
+  }
+  accelerator.print("streams ok");
+  return 0;
+}
+
 // mixed_precision auto in a group: only rank 0 times the model, every
 // rank trains in its choice (here each rank's injected timings disagree).
 int auto_agree() {
@@ -942,6 +1102,9 @@ int main(int argc, char** argv) {
     if (scenario == "unused_static_graph") {
       return unused_parameters(false, /*static_graph=*/true);
     }
+    if (scenario == "streams") {
+      return streams();
+    }
     if (scenario == "collectives") {
       return collectives();
     }
@@ -966,7 +1129,7 @@ int main(int argc, char** argv) {
          "zero OUT STAGE ACCUMULATION PRECISION CLIP inject|no | "
          "zero_resume DIR STAGE | "
          "metrics | micro_steps | no_sync | unused | unused_allowed | "
-         "unused_static_graph | counted_items ZERO_STAGE | "
+         "unused_static_graph | counted_items ZERO_STAGE | streams | "
          "rank_hangs | "
          "collectives | debug_mismatch | rank_fails | listen\n";
   return 2;

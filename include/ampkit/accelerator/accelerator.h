@@ -22,6 +22,7 @@
 #include "ampkit/accelerator/prepared.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
+#include "ampkit/data/stream.h"
 #include "ampkit/dist/process_group.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/track/tracker.h"
@@ -128,21 +129,45 @@ class Accelerator {
   /// as torch's DataLoader; shuffle(true) reshuffles from seed + epoch),
   /// seed, even_batches, split_batches and drop_last; the process fields
   /// are the Accelerator's.
+  ///
+  /// A stream (a StreamDataset, or a StatefulDataset such as ChunkDataset;
+  /// see data/stream.h) has no size: every process reads it and keeps its
+  /// stride of the batches, and a pass ends at the same step on every
+  /// process (data::StreamLoader). `sampler` must then keep its defaults;
+  /// the overload below takes data::StreamSharding::per_process for a
+  /// stream that is already this process's own.
   template <typename Dataset>
   auto prepare_data_loader(
       Dataset dataset,
       torch::data::DataLoaderOptions options,
       data::ShardedSamplerOptions sampler = {}) {
-    const auto size = dataset.size();
-    if (!size) {
-      throw_unsized_dataset();
+    if constexpr (data::is_stream_v<Dataset>) {
+      check_stream_sampler(sampler);
+      return prepare_stream(
+          std::move(dataset), options, data::StreamSharding::stride);
+    } else {
+      const auto size = dataset.size();
+      if (!size) {
+        throw_unsized_dataset();
+      }
+      sampler.num_processes(num_processes()).process_index(process_index());
+      data::ShardedSampler shard(*size, sampler);
+      auto loader =
+          torch::data::make_data_loader(std::move(dataset), shard, options);
+      return PreparedDataLoader<typename decltype(loader)::element_type>(
+          std::move(loader), state_, shard);
     }
-    sampler.num_processes(num_processes()).process_index(process_index());
-    data::ShardedSampler shard(*size, sampler);
-    auto loader =
-        torch::data::make_data_loader(std::move(dataset), shard, options);
-    return PreparedDataLoader<typename decltype(loader)::element_type>(
-        std::move(loader), state_, shard);
+  }
+  template <typename Stream>
+  auto prepare_data_loader(
+      Stream stream,
+      torch::data::DataLoaderOptions options,
+      data::StreamSharding sharding) {
+    static_assert(
+        data::is_stream_v<Stream>,
+        "prepare_data_loader(dataset, options, StreamSharding) takes a "
+        "stream (a StreamDataset or a StatefulDataset such as ChunkDataset)");
+    return prepare_stream(std::move(stream), options, sharding);
   }
 
   /// accelerate's skip_first_batches: `loader`'s next epoch starts at batch
@@ -547,6 +572,29 @@ class Accelerator {
       std::shared_ptr<torch::nn::Module> module);
   void print_line(const std::string& line) const;
   [[noreturn]] void throw_unsized_dataset() const;
+  /// Refuses what a stream cannot do: ShardedSamplerOptions other than the
+  /// defaults, and DataLoaderOptions' workers or drop_last.
+  void check_stream_sampler(const data::ShardedSamplerOptions& sampler) const;
+  void check_stream_loader(const torch::data::DataLoaderOptions& options) const;
+  /// count(flag): how many processes passed 1 (an all-reduce).
+  std::function<int64_t(int64_t)> process_counter() const;
+  template <typename Stream>
+  auto prepare_stream(
+      Stream stream,
+      const torch::data::DataLoaderOptions& options,
+      data::StreamSharding sharding) {
+    check_stream_loader(options);
+    auto loader = std::make_unique<data::StreamLoader<Stream>>(
+        std::move(stream),
+        data::StreamLoaderOptions()
+            .batch_size(options.batch_size())
+            .num_processes(num_processes())
+            .process_index(process_index())
+            .sharding(sharding),
+        process_counter());
+    return PreparedDataLoader<data::StreamLoader<Stream>>(
+        std::move(loader), state_);
+  }
   [[noreturn]] void throw_unsharded_loader() const;
   /// [begin, end) of this process's share of n items, and the largest share.
   std::tuple<int64_t, int64_t, int64_t> share_of(int64_t n) const;

@@ -19,6 +19,7 @@
 
 #include "ampkit/amp/autocast.h"
 #include "ampkit/data/sharded_sampler.h"
+#include "ampkit/data/stream.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/utils/operations.h"
@@ -85,6 +86,8 @@ struct LoaderPosition {
 };
 std::shared_ptr<LoaderPosition> register_loader(
     AcceleratorState& state, const data::ShardedSampler& sampler);
+/// A stream was prepared (save_state says that its position is not saved).
+void note_stream_loader(AcceleratorState& state);
 /// A PreparedDataLoader without a ShardedSampler was asked `what`.
 [[noreturn]] void throw_no_sampler(const char* what);
 /// Distributed runs: whether gradients of this model are synchronised
@@ -395,6 +398,8 @@ class PreparedDataLoader {
         sampler_(std::move(sampler)) {
     if (sampler_) {
       position_ = detail::register_loader(*state_, *sampler_);
+    } else if constexpr (data::detail::IsStreamLoader<Loader>::value) {
+      detail::note_stream_loader(*state_);
     }
   }
 
