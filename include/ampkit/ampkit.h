@@ -15,6 +15,7 @@
 #include "ampkit/data/fashion_mnist.h"
 #include "ampkit/data/idx.h"
 #include "ampkit/data/sharded_sampler.h"
+#include "ampkit/data/stream.h"
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/diag/profiler.h"

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "accelerator/accelerate_format.h"
 #include "accelerator/state.h"
 #include "ampkit/accelerator/accelerator.h"
 #include "ampkit/checkpoint/checkpoint_dir.h"
@@ -616,6 +617,18 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   return target;
 }
 
+std::string Accelerator::save_state(const std::string& dir, SaveFormat format) {
+  if (format == SaveFormat::ampkit) {
+    return save_state(std::optional<std::string>(dir));
+  }
+  auto& st = *state_;
+  st.run_state_hooks(/*save=*/true, dir);
+  detail::save_accelerate_state(
+      st, process_index(), is_main_process(), st.micro_step, dir);
+  wait_for_everyone();
+  return dir;
+}
+
 std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   auto& st = *state_;
   std::string target;
@@ -633,6 +646,10 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     target = *latest;
   }
   st.run_state_hooks(/*save=*/false, target);
+  if (detail::is_accelerate_folder(target)) {
+    detail::load_accelerate_state(st, process_index(), target);
+    return target;
+  }
   // Each file is read once, its size and CRC checked against the manifest
   // as it is read, and all of them before anything is changed.
   const ck::Manifest m = ck::read_manifest(target);

@@ -71,6 +71,12 @@ class [[nodiscard]] AccumulateScope {
 ///     optimizer.step();
 ///     optimizer.zero_grad();
 ///   }
+/// The layout Accelerator::save_state writes.
+enum class SaveFormat {
+  ampkit,      ///< ampkit's own: a manifest of sizes and CRC32Cs, atomic
+  accelerate,  ///< Python accelerate's, for its load_state
+};
+
 class Accelerator {
  public:
   /// Resolves the options (see resolve_options), seeds the generators when a
@@ -326,6 +332,15 @@ class Accelerator {
   /// picks project_dir/checkpoints/checkpoint_N and total_limit prunes.
   /// Returns the folder written. A collective in a distributed run.
   std::string save_state(const std::optional<std::string>& dir = std::nullopt);
+  /// save_state in `format`: SaveFormat::accelerate writes Python
+  /// accelerate's layout into `dir`, which its load_state reads (a run moves
+  /// from C++ to Python): model.safetensors, optimizer.bin (torch.optim's
+  /// state_dict of LibTorch's Adam, AdamW or SGD), scheduler.bin,
+  /// scaler.pt and random_states_<rank>.pkl, written by torch.save's
+  /// format. No manifest, and not atomic (accelerate's is neither); ZeRO
+  /// shards and other optimizers are refused. load_state reads such a
+  /// folder back (and one accelerate wrote). A collective.
+  std::string save_state(const std::string& dir, SaveFormat format);
   /// Restores what save_state wrote; without `dir`, the newest complete
   /// checkpoint under project_dir/checkpoints. Every file is checked
   /// against the manifest before anything is changed; a missing, truncated
