@@ -1,5 +1,5 @@
-# The Python side of accelerate_checkpoint.sh: accelerate trains a small MLP
-# for 20 steps and saves its state (save_state), then goes on for 20 more
+# The Python side of accelerate_checkpoint.sh: accelerate trains the
+# by_feature examples' MLP (784 -> 128 -> 10, their `Net`) for 20 steps and saves its state (save_state), then goes on for 20 more
 # and writes the final weights; `compare` checks ampkit's continuation of
 # the saved folder against them. The data of step k is a formula of k, so
 # both languages compute the same batches.
@@ -17,8 +17,19 @@ WARMUP, TOTAL = 5, 40
 
 
 def batch(step):
-    i = torch.arange(32, dtype=torch.float32) + 32 * step
-    return torch.sin(0.1 * i).reshape(8, 4), torch.cos(0.07 * i).reshape(8, 4)[:, :2]
+    i = torch.arange(8 * 784, dtype=torch.float32) + 8 * 784 * step
+    labels = torch.remainder(torch.arange(8) * 3 + step, 10)
+    return torch.sin(0.001 * i).reshape(8, 784), labels
+
+
+class Net(torch.nn.Module):
+    def __init__(self, hidden=128):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(28 * 28, hidden)
+        self.fc2 = torch.nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
 def linear_with_warmup(step):  # transformers' get_linear_schedule_with_warmup
@@ -30,8 +41,7 @@ def linear_with_warmup(step):  # transformers' get_linear_schedule_with_warmup
 def train(folder, out, mode):
     torch.manual_seed(0)
     accelerator = Accelerator(cpu=True)
-    net = torch.nn.Sequential(
-        torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    net = Net()
     adamw = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(adamw, linear_with_warmup)
     model, optimizer, scheduler = accelerator.prepare(net, adamw, schedule)
@@ -49,7 +59,7 @@ def train(folder, out, mode):
         if mode == "save" and step == 20:
             accelerator.save_state(folder)
         x, y = batch(step)
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
         accelerator.backward(loss)
         optimizer.step()
         scheduler.step()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A run moves between Python and C++ mid-training, both ways, with the real
 # accelerate (the cross-check venv):
-#  - accelerate trains an MLP for 20 steps and saves its state; ampkit's
+#  - accelerate trains the by_feature MLP for 20 steps and saves its state; ampkit's
 #    load_state reads that folder (model.safetensors, optimizer.bin,
 #    scheduler.bin, random_states_0.pkl) and trains 20 more; the weights
 #    equal accelerate's own 20-step continuation within 1e-5 (fp32, the
@@ -31,7 +31,7 @@ grep -q "as accelerate's save_state folder" "$out/resume.log" ||
 if "$bin" resume "$out/python_step20" "$out/other.safetensors" 8 > "$out/other.log" 2>&1; then
   fail "a model of another shape loaded accelerate's folder"
 fi
-grep -q "0.weight" "$out/other.log" ||
+grep -q "fc1.weight" "$out/other.log" ||
   fail "the refusal does not name the tensor that differs: $(cat "$out/other.log")"
 echo "accelerate_checkpoint: Python -> C++ ok"
 "$bin" save "$out/ampkit_step20" "$out/ampkit_straight40.safetensors" > "$out/save.log" 2>&1 ||

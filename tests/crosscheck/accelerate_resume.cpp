@@ -1,8 +1,9 @@
-// The C++ side of accelerate_checkpoint.sh: the MLP of
-// accelerate_checkpoint.py with LibTorch's AdamW and the same schedule.
+// The C++ side of accelerate_checkpoint.sh: the by_feature examples' MLP
+// (their Net, as accelerate_checkpoint.py builds it) with LibTorch's AdamW
+// and the same schedule.
 //   accelerate_resume resume FOLDER OUT.safetensors [HIDDEN]
 //     load_state of the folder accelerate's save_state wrote, steps 20..39
-//     on the same batches, the weights into OUT (HIDDEN other than 16
+//     on the same batches, the weights into OUT (HIDDEN other than 128
 //     builds another model, which load_state must refuse);
 //   accelerate_resume save FOLDER OUT.safetensors
 //     steps 0..19, save_state(FOLDER, SaveFormat::accelerate), steps
@@ -15,6 +16,18 @@
 
 namespace {
 
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(int64_t hidden)
+      : fc1(register_module("fc1", torch::nn::Linear(28 * 28, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    return fc2(torch::relu(fc1(x.flatten(1))));
+  }
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Net);
+
 int run(
     const std::string& mode,
     const std::string& folder,
@@ -23,10 +36,7 @@ int run(
   ampkit::Accelerator accelerator(
       ampkit::AcceleratorOptions().cpu(true).quiet(true));
   torch::manual_seed(0);
-  torch::nn::Sequential net(
-      torch::nn::Linear(4, hidden),
-      torch::nn::ReLU(),
-      torch::nn::Linear(hidden, 2));
+  Net net(hidden);
   torch::optim::AdamW adamw(
       net->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
   ampkit::optim::LinearWithWarmup schedule(adamw, 5, 40);
@@ -41,10 +51,10 @@ int run(
     if (mode == "save" && step == 20) {
       accelerator.save_state(folder, ampkit::SaveFormat::accelerate);
     }
-    auto i = torch::arange(32, torch::kFloat) + 32.0 * step;
-    auto x = torch::sin(0.1 * i).reshape({8, 4});
-    auto y = torch::cos(0.07 * i).reshape({8, 4}).slice(1, 0, 2);
-    accelerator.backward(torch::mse_loss(model(x), y));
+    auto i = torch::arange(8 * 784, torch::kFloat) + 8.0 * 784 * step;
+    auto x = torch::sin(0.001 * i).reshape({8, 784});
+    auto y = torch::remainder(torch::arange(8) * 3 + step, 10);
+    accelerator.backward(torch::cross_entropy_loss(model(x), y));
     optimizer.step();
     scheduler.step();
     optimizer.zero_grad();
@@ -65,7 +75,7 @@ int main(int argc, char** argv) {
   }
   torch::set_num_threads(1);
   try {
-    return run(mode, argv[2], argv[3], argc > 4 ? std::stoll(argv[4]) : 16);
+    return run(mode, argv[2], argv[3], argc > 4 ? std::stoll(argv[4]) : 128);
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";
     return 1;
