@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "accelerator/accelerate_format.h"
 #include "accelerator/state.h"
@@ -91,22 +92,32 @@ at::Tensor like(
   return v->tensor.reshape(p.sizes()).to(p.options()).clone();
 }
 
-// optimizer.bin: torch.optim's state_dict, {"state": {index: {...}},
-// "param_groups": [{..., "params": [index...]}]}, into LibTorch's Adam,
-// AdamW or SGD (the optimizers whose state both have).
-void load_optimizer(
-    torch::optim::Optimizer& opt, const PyRef& sd, const std::string& path) {
+// The optimizers whose state torch.optim and LibTorch share (one of the
+// three is set); any other is refused.
+std::tuple<torch::optim::AdamW*, torch::optim::Adam*, torch::optim::SGD*>
+kind_of(torch::optim::Optimizer& opt, const std::string& path) {
   auto* adamw = dynamic_cast<torch::optim::AdamW*>(&opt);
   auto* adam = dynamic_cast<torch::optim::Adam*>(&opt);
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&opt);
   if (!adamw && !adam && !sgd) {
     refuse(
         path,
-        "ampkit reads accelerate's optimizer states of torch.optim.Adam, "
-        "AdamW and SGD into LibTorch's optimizers of the same names; the "
-        "prepared optimizer is none of them. Resume it from an ampkit "
-        "checkpoint instead.");
+        "accelerate's optimizer.bin is torch.optim's state_dict, which ampkit "
+        "reads and writes for LibTorch's Adam, AdamW and SGD; the prepared "
+        "optimizer is none of them. Use ampkit's own checkpoint format "
+        "for it.");
   }
+  return {adamw, adam, sgd};
+}
+
+// optimizer.bin: torch.optim's state_dict, {"state": {index: {...}},
+// "param_groups": [{..., "params": [index...]}]}, into LibTorch's Adam,
+// AdamW or SGD (the optimizers whose state both have).
+void load_optimizer(
+    torch::optim::Optimizer& opt, const PyRef& sd, const std::string& path) {
+  const auto kind = kind_of(opt, path);
+  auto* adamw = std::get<0>(kind);
+  auto* adam = std::get<1>(kind);  // else SGD
   const PyRef groups = need(sd, "param_groups", path);
   const PyRef states = need(sd, "state", path);
   auto& ours = opt.param_groups();
@@ -263,16 +274,9 @@ PyRef optimizer_state(
     torch::optim::Optimizer& opt,
     const std::vector<double>& initial_lr,
     const std::string& path) {
-  auto* adamw = dynamic_cast<torch::optim::AdamW*>(&opt);
-  auto* adam = dynamic_cast<torch::optim::Adam*>(&opt);
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&opt);
-  if (!adamw && !adam && !sgd) {
-    refuse(
-        path,
-        "ampkit writes accelerate's optimizer.bin for LibTorch's Adam, AdamW "
-        "and SGD (torch.optim's of the same names read it); the prepared "
-        "optimizer is none of them. Save in ampkit's format instead.");
-  }
+  const auto kind = kind_of(opt, path);
+  auto* adamw = std::get<0>(kind);
+  auto* adam = std::get<1>(kind);  // else SGD
   optim::sync_fused_step_counts(opt);
   std::vector<PyRef> states, groups;
   int64_t index = 0;

@@ -1,5 +1,5 @@
 // The one place where diag/ meets the LibTorch version: which exception
-// types the hints can recognise.
+// types the hints can recognise, and which profiler there is.
 #pragma once
 
 #include <torch/version.h>
@@ -16,4 +16,13 @@
 #if defined(USE_C10D_GLOO) && __has_include(<gloo/common/error.h>)
 #include <gloo/common/error.h>
 #define AMPKIT_HAVE_GLOO_EXCEPTIONS 1
+#endif
+
+// Kineto's C++ entry points (profiler_kineto.h: prepareProfiler,
+// enableProfiler, disableProfiler with KinetoEvents and a Chrome trace) as
+// the profiler from LibTorch 2.x on; 1.13 has the legacy profiler.
+#if TORCH_VERSION_MAJOR >= 2
+#define AMPKIT_HAVE_KINETO 1
+#else
+#define AMPKIT_HAVE_KINETO 0
 #endif

@@ -2,6 +2,7 @@
 // schedulers skip with the optimizer, clipping sees unscaled gradients, and
 // the prepared forward runs under autocast and returns fp32.
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <signal.h>
 #include <unistd.h>
@@ -1511,6 +1512,58 @@ TEST_F(AcceleratorDirTest, ProfileCountsTheStepsOpsAndWritesAChromeTrace) {
       [&] { prof.export_chrome_trace("/dev/full"); },
       ThrowsMessage<IoError>(
           HasSubstr("cannot write the trace /dev/full: the disk is full (")));
+}
+
+// accelerate's ProfileKwargs(schedule_option={wait: 1, warmup: 1, active: 2,
+// repeat: 2}): of 10 steps, 2-3 and 6-7 are recorded, each cycle writes its
+// trace, and the ops of the 4 recorded steps are counted. On LibTorch 2.x
+// this is Kineto's CPU trace, on 1.13 the legacy profiler's.
+TEST_F(
+    AcceleratorDirTest,
+    ProfileScheduleRecordsItsActiveStepsWithATracePerCycle) {
+  const auto& dir = dir_;
+  Accelerator accelerator(
+      quiet().profile_options(diag::ProfileOptions()
+                                  .output_trace_dir(dir.string())
+                                  .schedule_wait(1)
+                                  .schedule_warmup(1)
+                                  .schedule_active(2)
+                                  .schedule_repeat(2)));
+  torch::nn::Linear net(6, 2);
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  auto prof = accelerator.profile();
+  for (int i = 0; i < 10; ++i) {
+    accelerator.backward(model(torch::ones({4, 6})).sum());
+    optimizer.step();
+    optimizer.zero_grad();
+    prof.step();
+  }
+  prof.stop();
+  EXPECT_EQ(prof.cycles(), 2);
+  const auto stats = prof.key_averages();
+  auto addmm = std::find_if(stats.begin(), stats.end(), [](const auto& s) {
+    return s.name == "aten::addmm";
+  });
+  ASSERT_NE(addmm, stats.end());
+  EXPECT_EQ(addmm->calls, 4) << "one Linear, four recorded steps";
+  for (const auto& s : stats) {
+    EXPECT_LE(s.self_cpu_time_total_us, s.cpu_time_total_us + 1e-6) << s.name;
+    EXPECT_GE(s.self_cpu_time_total_us, -1e-6) << s.name;
+  }
+  for (const char* name : {"profile_0.json", "profile_0_cycle1.json"}) {
+    const std::string text = testing_util::read_file(dir / name);
+    EXPECT_THAT(text, HasSubstr("aten::addmm")) << name;
+    if (std::string(diag::Profiler::backend()) == "kineto") {
+      EXPECT_THAT(text, HasSubstr("traceEvents")) << name;
+    }
+  }
+  EXPECT_EQ(
+      std::string(diag::Profiler::backend()),
+      TORCH_VERSION_MAJOR >= 2 ? "kineto" : "legacy");
+  EXPECT_THAT(
+      [] { diag::Profiler bad(diag::ProfileOptions().schedule_active(-1)); },
+      ThrowsMessage<InvalidArgument>(HasSubstr("must be >= 0, got 0, 0, -1")));
 }
 
 }  // namespace
