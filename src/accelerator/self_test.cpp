@@ -129,8 +129,9 @@ int run_self_test_worker(
     const std::string& dir,
     int64_t global_batch_size,
     std::ostream& err) {
+  // The device is the launcher's: AMPKIT_USE_CPU for a check on the CPU,
+  // else cuda:LOCAL_RANK (and NCCL).
   Accelerator accelerator(AcceleratorOptions()
-                              .cpu(true)
                               .quiet(true)
                               .mixed_precision(precision)
                               .gradient_accumulation_steps(kAccumulation)
@@ -166,7 +167,7 @@ int run_self_test_worker(
   }
   std::vector<torch::Tensor> params;
   for (const auto& p : net->parameters()) {
-    params.push_back(p.detach().clone());
+    params.push_back(p.detach().to(torch::kCPU).clone());
   }
   const std::string name = to_string(precision);
   const fs::path reference = fs::path(dir) / ("reference-" + name + ".pt");
@@ -176,7 +177,8 @@ int run_self_test_worker(
   }
   // Every process must hold the same weights after the same steps.
   for (const auto& p : params) {
-    auto all = accelerator.gather(p.unsqueeze(0));
+    auto all =
+        accelerator.gather(p.unsqueeze(0).to(accelerator.device())).cpu();
     for (int64_t r = 1; r < world; ++r) {
       if (!all[r].equal(all[0])) {
         err << "ampkit test: the weights of rank " << r
@@ -221,10 +223,21 @@ int run_self_test(
   }
   TempDir dir;
   const int64_t global = kBatchPerProcess * options.num_processes;
+  // NCCL needs a GPU per process: with fewer the check runs on the CPU.
+  const int64_t gpus =
+      options.cpu ? 0 : static_cast<int64_t>(torch::cuda::device_count());
+  const bool on_gpus = gpus >= options.num_processes;
+  if (gpus > 0 && !on_gpus) {
+    out << "ampkit test: " << gpus << " GPU(s) for " << options.num_processes
+        << " processes (NCCL takes one GPU per process): the check runs on "
+           "the CPU.\n";
+  }
   out << "ampkit test: " << options.num_processes
-      << " processes over Gloo against 1 process, " << kSteps
-      << " steps of a global batch of " << global << " (accumulation "
-      << kAccumulation << "), SGD with momentum\n";
+      << (on_gpus ? " processes over NCCL, one GPU each,"
+                  : " processes over Gloo")
+      << " against 1 process, " << kSteps << " steps of a global batch of "
+      << global << " (accumulation " << kAccumulation
+      << "), SGD with momentum\n";
   std::vector<SelfTestCase> cases = self_test_cases();
   std::string ran, failed;
   for (auto& c : cases) {
@@ -239,7 +252,7 @@ int run_self_test(
     launch.command.push_back(dir.path());
     launch.command.push_back(std::to_string(global));
     launch.quiet = true;
-    launch.cpu = true;
+    launch.cpu = !on_gpus;
     launch.grace = std::chrono::milliseconds(2000);
     // A correctness check, not a speed one: N processes on fewer cores.
     launch.oversubscribe = true;

@@ -510,8 +510,9 @@ int main(int argc, char** argv) {
   CLI::App* test = app.add_subcommand(
       "test",
       "Check that distributed training works here: a tiny regression model "
-      "trained by N processes over Gloo must reach the weights one process "
-      "reaches, in every precision this CPU supports. Ends with an ok line, "
+      "trained by N processes must reach the weights one process reaches, "
+      "in every precision this CPU supports: over NCCL, one GPU each, where "
+      "there are N GPUs, else over Gloo on the CPU. Ends with an ok line, "
       "or FAILED and the workers' output.");
   CLI::Option* test_processes = test->add_option(
       flags("num-processes"),
@@ -519,6 +520,8 @@ int main(int argc, char** argv) {
       "processes of the distributed run (default: the config's "
       "num_processes when above 1, else 2)");
   test->add_option(flags("config-file"), test_config_file, config_file_help);
+  test->add_flag(
+      "--cpu", test_options.cpu, "check Gloo on the CPU even with GPUs here");
   // What `ampkit test` launches: hidden from the help.
   std::string worker_precision, worker_dir;
   int64_t worker_batch = 0;

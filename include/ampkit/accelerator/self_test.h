@@ -1,7 +1,9 @@
 // `ampkit test`: the built-in check that distributed training works on this
 // machine. For every precision the CPU supports it trains a tiny regression
-// model once as one process and once as N processes over Gloo (started by
-// dist::launch), and requires the same final weights.
+// model once as one process and once as N processes (started by
+// dist::launch), and requires the same final weights: over NCCL, one GPU
+// per process, where there are N GPUs (as `accelerate test`), else over Gloo
+// on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,8 @@ struct SelfTestOptions {
   /// its hidden worker subcommand.
   std::vector<std::string> worker_command;
   bool quiet = false;
+  /// Gloo on the CPU even where there are GPUs enough (`ampkit test --cpu`).
+  bool cpu = false;
 };
 
 /// One precision's outcome.
@@ -51,7 +55,8 @@ int run_self_test(
     const SelfTestOptions& options, std::ostream& out, std::ostream& err);
 
 /// The worker run_self_test launches: trains the model under an Accelerator
-/// set up from this process's launcher environment, each rank on its slice
+/// set up from this process's launcher environment (the CPU when the
+/// launcher says so, else this process's GPU), each rank on its slice
 /// of every global batch. With one process it writes the weights to
 /// DIR/reference-P.pt; with several, the main process compares against that
 /// file and writes DIR/result-P.txt. Returns the process's exit code.
