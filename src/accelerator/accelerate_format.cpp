@@ -31,10 +31,6 @@ namespace fs = std::filesystem;
 using ck::PyRef;
 using ck::PyValue;
 
-std::string indexed(const std::string& stem, size_t i, const std::string& ext) {
-  return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
-}
-
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
   throw InvalidArgument(component::kAccelerator, path + ": " + why);
 }
@@ -457,6 +453,10 @@ PyRef random_states(int64_t step) {
 
 }  // namespace
 
+std::string indexed(const std::string& stem, size_t i, const std::string& ext) {
+  return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
+}
+
 void save_accelerate_state(
     AcceleratorState& st,
     int64_t rank,
@@ -502,11 +502,11 @@ void save_accelerate_state(
     for (size_t i = 0; i < st.schedulers.size(); ++i) {
       // A LambdaLR's load_state_dict pops lr_lambdas: one None per group
       // (the lambdas themselves are code, rebuilt by the Python program).
-      auto state = python_state(st.schedulers[i]->state_dict(), {"scheduler"});
+      const StateDict sd = st.schedulers[i]->state_dict();
+      auto state = python_state(sd, {"scheduler"});
       std::vector<PyRef> lambdas;
-      const auto base = st.schedulers[i]->state_dict().find("base_lrs");
-      const size_t groups = base != st.schedulers[i]->state_dict().end() &&
-                                    base->second.isDoubleList()
+      const auto base = sd.find("base_lrs");
+      const size_t groups = base != sd.end() && base->second.isDoubleList()
                                 ? base->second.toDoubleVector().size()
                                 : 1;
       for (size_t g = 0; g < groups; ++g) {

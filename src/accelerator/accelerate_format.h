@@ -2,12 +2,17 @@
 // files) for Accelerator::load_state.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace ampkit::detail {
 
 struct AcceleratorState;
+
+/// accelerate's file names, in both layouts: model.safetensors,
+/// model_1.safetensors, ... (`stem`, the index from 1 on, `ext`).
+std::string indexed(const std::string& stem, size_t i, const std::string& ext);
 
 /// A folder accelerate's save_state wrote: no ampkit manifest.json, a
 /// model.safetensors (or pytorch_model.bin) and random_states_0.pkl.

@@ -31,9 +31,7 @@ constexpr const char* kStateFile = "accelerator_state.json";
 constexpr const char* kOwnerFile = ".ampkit_writer";
 
 // accelerate's names: model.safetensors, model_1.safetensors, ...
-std::string indexed(const std::string& stem, size_t i, const std::string& ext) {
-  return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
-}
+using detail::indexed;
 
 // A ZeRO shard of optimizer i, written by `rank`: optimizer_rank1.bin,
 // optimizer_1_rank0.bin, ...
