@@ -161,6 +161,8 @@ struct Args : examples::RunFlags {
   int64_t sample_chars = 200;
   std::string data_file = AMPKIT_GPT_CORPUS;
   std::string tf32 = "default";  // on, off, or LibTorch's default
+  std::string fsdp;  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD; "": none
+  bool activation_checkpointing = false;
 };
 
 struct Preset {
@@ -247,8 +249,18 @@ std::string sample(
 int run(const Args& args) {
   const int threads = examples::set_threads(args.threads);
   const std::filesystem::path output_dir(args.output_dir);
-  const ampkit::AcceleratorOptions options =
-      examples::accelerator_options(args);
+  ampkit::AcceleratorOptions options = examples::accelerator_options(args);
+  if (!args.fsdp.empty() || args.activation_checkpointing) {
+    // FSDP with the transformer blocks as units (accelerate's
+    // TRANSFORMER_BASED_WRAP with fsdp_transformer_layer_cls_to_wrap:
+    // Block); model.h runs each block through ampkit::dist::fsdp_forward.
+    // Activation checkpointing alone: NO_SHARD with the same units.
+    options.fsdp(ampkit::dist::FsdpOptions()
+                     .strategy(ampkit::dist::parse_sharding_strategy(
+                         args.fsdp.empty() ? "NO_SHARD" : args.fsdp))
+                     .wrap_types({"Block"})
+                     .activation_checkpointing(args.activation_checkpointing));
+  }
   if (args.tf32 != "default") {
     // fp32 matmuls and convolutions on TF32 tensor cores (on), or strict
     // IEEE fp32 (off): torch.backends.cuda.matmul/cudnn.allow_tf32.
@@ -308,12 +320,13 @@ int run(const Args& args) {
   const int64_t schedule_steps = total_steps * accelerator.num_processes();
   ampkit::optim::CosineWithWarmup cosine(
       adamw, std::max<int64_t>(1, schedule_steps / 20), schedule_steps);
+  // Before prepare: under FSDP the prepared model's parameters are shards.
+  const double flops_per_token = gpt::flops_per_token(net, seq_len);
   auto [model, optimizer, scheduler] = accelerator.prepare(net, adamw, cosine);
   auto loader = accelerator.prepare_data_loader(
       std::move(train_set),
       torch::data::DataLoaderOptions(batch_size),
       ampkit::data::ShardedSamplerOptions().shuffle(true).seed(args.seed));
-  const double flops_per_token = gpt::flops_per_token(net, seq_len);
   accelerator.print(
       "gpt:",
       args.config,
@@ -445,10 +458,15 @@ int run(const Args& args) {
       "nats per character (the corpus's "
       "unigram entropy:",
       std::to_string(unigram) + ")");
-  if (args.sample_chars > 0 && accelerator.is_main_process()) {
-    accelerator.print(
-        "sample:\n" +
-        sample(net, corpus, args.sample_chars, accelerator.device()));
+  // Under FSDP the weights are sharded: gathered on every process while
+  // the main one samples.
+  if (args.sample_chars > 0) {
+    const auto full_weights = accelerator.summon_full_params();
+    if (accelerator.is_main_process()) {
+      accelerator.print(
+          "sample:\n" +
+          sample(net, corpus, args.sample_chars, accelerator.device()));
+    }
   }
   accelerator.end_training();
   accelerator.save_model(model, (output_dir / "model").string());
@@ -457,8 +475,18 @@ int run(const Args& args) {
       train_seconds > 0
           ? double(tokens * accelerator.num_processes()) / train_seconds
           : 0;
+  // What this process holds between steps for training: the parameters the
+  // optimizer steps (FSDP: its shards), their gradients (DDP's buckets
+  // stay) and the optimizer state.
+  int64_t held_bytes = optimizer.state_bytes() + optimizer.gradient_bytes();
+  for (const auto& group : adamw.param_groups()) {
+    for (const auto& param : group.params()) {
+      held_bytes += param.numel() * param.element_size();
+    }
+  }
   const nlohmann::json summary = {
       {"config", args.config},
+      {"held_bytes", held_bytes},
       {"parameters", n_params},
       {"seq_len", seq_len},
       {"batch_size", batch_size},
@@ -505,6 +533,17 @@ int main(int argc, char** argv) {
       examples::flags("config"),
       args.config,
       "model size: tiny (CI), small, or gpt2 (GPT-2 small, 124M)");
+  app.add_option(
+      examples::flags("fsdp"),
+      args.fsdp,
+      "shard the model with FSDP, each transformer block a unit: "
+      "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (default: DDP, or the "
+      "launcher's ACCELERATE_USE_FSDP)");
+  app.add_flag(
+      examples::flags("activation-checkpointing"),
+      args.activation_checkpointing,
+      "keep only each block's input in forward and recompute it in backward "
+      "(with --fsdp, or alone)");
   app.add_option(
          examples::flags("seq-len"),
          args.seq_len,

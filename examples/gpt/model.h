@@ -11,6 +11,8 @@
 #include <limits>
 #include <string>
 
+#include "ampkit/dist/fsdp.h"
+
 namespace gpt {
 
 struct Config {
@@ -158,7 +160,9 @@ struct GptImpl : torch::nn::Module {
     auto pos = torch::arange(T, idx.options());
     auto x = drop(wte(idx) + wpe(pos));
     for (const auto& block : *h) {
-      x = block->as<Block>()->forward(x);
+      // One line per unit type: a plain forward, or under FSDP (or
+      // activation checkpointing) the block as a unit (ampkit/dist/fsdp.h).
+      x = ampkit::dist::fsdp_forward(*block->as<Block>(), x);
     }
     // The output head shares the token embedding's weight (tied).
     return torch::linear(ln_f(x), wte->weight);

@@ -21,6 +21,7 @@
 #include "ampkit/diag/profiler.h"
 #include "ampkit/dist/ddp.h"
 #include "ampkit/dist/env.h"
+#include "ampkit/dist/fsdp.h"
 #include "ampkit/dist/process_group.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"

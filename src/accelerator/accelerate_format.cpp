@@ -467,6 +467,15 @@ void save_accelerate_state(
     return (fs::path(dir) / name).string();
   };
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
+    if (st.optimizers[i].fsdp) {
+      throw UsageError(
+          component::kAccelerator,
+          "save_state(dir, SaveFormat::accelerate) writes whole optimizer "
+          "states, and optimizer " +
+              std::to_string(i) +
+              " steps FSDP's shards. Save in ampkit's format (the default); "
+              "save_model writes the whole model's weights for Python.");
+    }
     if (st.optimizers[i].sharded) {
       throw UsageError(
           component::kAccelerator,
@@ -542,6 +551,17 @@ void load_accelerate_state(
   auto path = [&](const std::string& name) {
     return (fs::path(dir) / name).string();
   };
+  for (const auto& f : st.fsdp) {
+    if (f) {
+      throw UsageError(
+          component::kAccelerator,
+          "load_state of accelerate's folder " + dir +
+              " under FSDP: its optimizer state is whole, and the prepared "
+              "optimizers step FSDP's shards. Load the weights with "
+              "load_model (it takes model.safetensors), or resume the folder "
+              "without FSDP.");
+    }
+  }
   // Read and check everything before changing anything.
   std::vector<ck::NamedTensors> models;
   for (size_t i = 0; i < st.models.size(); ++i) {

@@ -28,6 +28,7 @@
 #include "optim/fused_step.h"
 #include "utils/components.h"
 #include "utils/non_finite.h"
+#include "utils/strings.h"
 
 namespace ampkit {
 
@@ -190,7 +191,7 @@ void set_gather_remainder(AcceleratorState& state, int64_t remainder) {
 }
 
 bool is_distributed(const AcceleratorState& state) {
-  return state.group != nullptr;
+  return state.group != nullptr || state.options.fsdp.has_value();
 }
 
 bool prepared_here(
@@ -215,6 +216,11 @@ void before_forward(AcceleratorState& state, const torch::nn::Module& module) {
   if (auto* sync = state.synchronizer_for(&module)) {
     sync->before_forward(state.synchronising());
   }
+  if (auto* fsdp = state.fsdp_for(&module)) {
+    state.collective("FSDP parameter all-gather", [&] {
+      fsdp->before_forward(state.synchronising());
+    });
+  }
 }
 
 void after_forward(
@@ -224,6 +230,11 @@ void after_forward(
   if (auto* sync = state.synchronizer_for(&module)) {
     sync->after_forward(outputs, state.synchronising());
   }
+  if (auto* fsdp = state.fsdp_for(&module)) {
+    if (!torch::GradMode::is_enabled()) {
+      fsdp->after_forward_without_grad();  // no backward will free them
+    }
+  }
 }
 
 dist::GradientSynchronizer* AcceleratorState::synchronizer_for(
@@ -231,6 +242,45 @@ dist::GradientSynchronizer* AcceleratorState::synchronizer_for(
   for (size_t i = 0; i < models.size() && i < synchronizers.size(); ++i) {
     if (models[i].get() == m) {
       return synchronizers[i].get();
+    }
+  }
+  return nullptr;
+}
+
+void rethrow_forward_failure(
+    AcceleratorState& state, const torch::nn::Module& module) {
+  auto* fsdp = state.fsdp_for(&module);
+  const auto missing =
+      fsdp != nullptr ? fsdp->units_not_entered() : std::vector<std::string>();
+  if (missing.empty()) {
+    diag::rethrow_with_hint();
+  }
+  std::string what;
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;  // ampkit's own errors already say what to do
+  } catch (const c10::Error& e) {
+    what = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  throw UsageError(
+      component::kAccelerator,
+      "the model's forward failed under FSDP: " + what +
+          "\nA unit's parameters hold no values outside "
+          "ampkit::dist::fsdp_forward, and this forward had not entered " +
+          join(missing, ", ") +
+          " through it when it failed. Call each unit in its parent's "
+          "forward as x = ampkit::dist::fsdp_forward(*unit, x); instead of "
+          "unit->forward(x).");
+}
+
+dist::FullyShardedModel* AcceleratorState::fsdp_for(
+    const torch::nn::Module* m) {
+  for (size_t i = 0; i < models.size() && i < fsdp.size(); ++i) {
+    if (models[i].get() == m) {
+      return fsdp[i].get();
     }
   }
   return nullptr;
@@ -467,7 +517,25 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
   if (st.scaler) {
     st.scaler->register_parameter_names(named);
   }
-  if (st.group) {
+  if (st.options.fsdp) {
+    // FSDP shards the model instead of DDP's synchronizer.
+    st.fsdp.push_back(st.collective("FSDP sharding of the model", [&] {
+      return std::make_shared<dist::FullyShardedModel>(
+          module, st.group, *st.options.fsdp);
+    }));
+    st.synchronizers.push_back(nullptr);
+    if (is_main_process() && !st.options.quiet) {
+      const auto names = st.fsdp.back()->unit_names();
+      std::cerr << "ampkit: FSDP "
+                << dist::to_string(st.options.fsdp->strategy()) << ", "
+                << names.size() - 1 << " unit(s) and the root"
+                << (st.options.fsdp->activation_checkpointing()
+                        ? ", activation checkpointing"
+                        : "")
+                << "\n";
+    }
+  } else if (st.group) {
+    st.fsdp.push_back(nullptr);
     std::vector<std::pair<std::string, torch::Tensor>> params;
     for (const auto& item : module->named_parameters()) {
       params.emplace_back(item.key(), item.value());
@@ -526,6 +594,35 @@ PreparedOptimizer Accelerator::prepare_optimizer(
   }
   detail::PreparedOptimizerEntry entry;
   entry.optimizer = &optimizer;
+  for (size_t m = 0; m < st.fsdp.size(); ++m) {
+    if (!st.fsdp[m] || optimizer.param_groups().empty() ||
+        optimizer.param_groups()[0].params().empty()) {
+      continue;
+    }
+    const void* first =
+        optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
+    for (const auto& p : st.models[m]->parameters()) {
+      if (p.unsafeGetTensorImpl() == first) {
+        st.fsdp[m]->take_over(optimizer);
+        entry.fsdp = st.fsdp[m].get();
+        break;
+      }
+    }
+  }
+  if (st.options.fsdp && !entry.fsdp) {
+    throw UsageError(
+        component::kAccelerator,
+        "under FSDP an optimizer must step the parameters of a prepared "
+        "model; this one holds none. Prepare the model first, and build the "
+        "optimizer from model->parameters() before preparing it.");
+  }
+  if (entry.fsdp && st.scaler && st.group) {
+    // Each process checks only its shards' gradients: skip together.
+    auto group = st.group;
+    st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
+      group->all_reduce(found_inf, dist::ReduceOp::max);
+    });
+  }
   if (st.options.zero_stage > 0) {
     entry.sharded = std::make_shared<optim::ShardedOptimizer>(
         optimizer, st.group, st.options.zero_stage);
@@ -645,7 +742,15 @@ void Accelerator::backward_unhinted(
     scaled.backward({}, retain_graph, create_graph);
   });
   for (auto& sync : st.synchronizers) {
-    sync->after_backward();
+    if (sync) {
+      sync->after_backward();
+    }
+  }
+  for (auto& fsdp : st.fsdp) {
+    if (fsdp) {
+      st.collective(
+          "FSDP gradient reduce-scatter", [&] { fsdp->after_backward(); });
+    }
   }
   if (st.synchronising()) {
     for (auto& entry : st.optimizers) {
@@ -725,6 +830,29 @@ void Accelerator::throw_negative_skip(int64_t n) {
           std::to_string(n) + ".");
 }
 
+Accelerator::FullParamsScope::FullParamsScope(
+    std::shared_ptr<detail::AcceleratorState> state)
+    : state_(std::move(state)) {
+  for (auto& f : state_->fsdp) {
+    if (f) {
+      state_->collective(
+          "FSDP summon_full_params (all-gather)", [&] { f->gather_all(); });
+    }
+  }
+}
+
+Accelerator::FullParamsScope::~FullParamsScope() {
+  for (auto& f : state_->fsdp) {
+    if (f) {
+      f->release_all(/*keep_values=*/true);
+    }
+  }
+}
+
+Accelerator::FullParamsScope Accelerator::summon_full_params() {
+  return FullParamsScope(state_);
+}
+
 void Accelerator::free_memory() {
   auto& st = *state_;
   if (st.in_accumulate || st.no_sync_depth > 0) {
@@ -734,6 +862,7 @@ void Accelerator::free_memory() {
         "between training runs, after the scopes closed.");
   }
   st.synchronizers.clear();  // before the models their hooks refer to
+  st.fsdp.clear();
   st.models.clear();
   st.named_parameters.clear();
   st.optimizers.clear();

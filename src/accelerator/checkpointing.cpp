@@ -185,6 +185,23 @@ size_t count_indexed(
   return n;
 }
 
+// Whether each process saves its own file of this optimizer (ZeRO's and
+// FSDP's shards).
+bool per_process(const detail::PreparedOptimizerEntry& entry) {
+  return entry.sharded != nullptr || entry.fsdp != nullptr;
+}
+
+// The manifest's record of an FSDP optimizer: stage 3, over this many
+// processes (one shard file each).
+ck::Manifest::Partition fsdp_partition(int64_t processes) {
+  ck::Manifest::Partition p;
+  p.zero_stage = 3;
+  for (int64_t r = 0; r <= processes; ++r) {
+    p.boundaries.push_back(r);
+  }
+  return p;
+}
+
 // Optimizer i was saved as it is prepared now: whole, or sharded by the
 // same stage. Sharded at other boundaries (another process count) it is
 // re-split; returns whether it must be.
@@ -192,11 +209,31 @@ bool check_partition(
     const ck::Manifest& m,
     const std::string& dir,
     size_t i,
-    const detail::PreparedOptimizerEntry& entry) {
+    const detail::PreparedOptimizerEntry& entry,
+    int64_t processes) {
   const ck::Manifest::Partition saved = i < m.optimizer_partitions.size()
                                             ? m.optimizer_partitions[i]
                                             : ck::Manifest::Partition();
-  const int64_t stage = entry.sharded ? entry.sharded->stage() : 0;
+  const int64_t stage = entry.sharded ? entry.sharded->stage()
+                        : entry.fsdp  ? 3
+                                      : 0;
+  if (saved.zero_stage == stage && entry.fsdp) {
+    const auto now = fsdp_partition(processes);
+    if (saved.boundaries != now.boundaries) {
+      throw Unsupported(
+          component::kAccelerator,
+          dir + " holds optimizer " + std::to_string(i) +
+              " sharded by FSDP over " +
+              std::to_string(saved.boundaries.size() - 1) +
+              " processes; this run has " + std::to_string(processes) +
+              ". Re-sharding FSDP's units for another process count is not "
+              "built yet: resume on " +
+              std::to_string(saved.boundaries.size() - 1) +
+              " processes (the model's weights alone load on any count "
+              "with load_model).");
+    }
+    return false;
+  }
   if (saved.zero_stage == stage) {
     return entry.sharded && saved.boundaries != entry.sharded->boundaries();
   }
@@ -506,6 +543,9 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     wait_for_everyone();
   }
   st.run_state_hooks(/*save=*/true, ck::partial_dir(target));
+  // FSDP: the whole model's weights are saved (FULL_STATE_DICT), gathered
+  // on every process for the writer, and freed again after.
+  const auto full = summon_full_params();
   const std::string rng = encode_rng(get_rng_state());
   if (writer) {
     writer->write(rng_file(rank), rng);
@@ -517,8 +557,8 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       writer->write(
-          st.optimizers[i].sharded ? shard_file(i, rank)
-                                   : indexed("optimizer", i, ".bin"),
+          per_process(st.optimizers[i]) ? shard_file(i, rank)
+                                        : indexed("optimizer", i, ".bin"),
           archive_bytes([&](auto& a) { st.optimizers[i].optimizer->save(a); }));
     }
     for (size_t i = 0; i < st.schedulers.size(); ++i) {
@@ -559,7 +599,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     ck::write_file(target, rng_file(rank), rng);
     // Each rank's optimizer shards are its own to write.
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
-      if (st.optimizers[i].sharded) {
+      if (per_process(st.optimizers[i])) {
         ck::write_file(target, shard_file(i, rank), archive_bytes([&](auto& a) {
                          st.optimizers[i].optimizer->save(a);
                        }));
@@ -585,9 +625,10 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
       manifest.optimizer_partitions.push_back(
           sharded
               ? ck::Manifest::Partition{sharded->stage(), sharded->boundaries()}
-              : ck::Manifest::Partition{});
+          : st.optimizers[i].fsdp ? fsdp_partition(num_processes())
+                                  : ck::Manifest::Partition{});
       for (const int64_t r : held) {
-        if (sharded) {
+        if (per_process(st.optimizers[i])) {
           writer->record(shard_file(i, r));
         }
       }
@@ -690,7 +731,8 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   std::vector<bool> resplit;
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     auto& names = optimizer_files.emplace_back();
-    resplit.push_back(check_partition(m, target, i, st.optimizers[i]));
+    resplit.push_back(
+        check_partition(m, target, i, st.optimizers[i], num_processes()));
     if (resplit.back()) {
       const auto& saved = m.optimizer_partitions[i].boundaries;
       for (size_t q = 0; q + 1 < saved.size(); ++q) {
@@ -712,8 +754,8 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
       }
     } else {
       names.push_back(
-          st.optimizers[i].sharded ? shard_file(i, process_index())
-                                   : indexed("optimizer", i, ".bin"));
+          per_process(st.optimizers[i]) ? shard_file(i, process_index())
+                                        : indexed("optimizer", i, ".bin"));
     }
     auto& bytes = optimizers.emplace_back();
     for (const auto& name : names) {
@@ -767,9 +809,14 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         path(indexed("scheduler", i, ".bin")));
   }
 
-  for (size_t i = 0; i < st.models.size(); ++i) {
-    ck::load_model_state(
-        *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
+  {
+    // FSDP: loaded into the full parameters, then each process keeps its
+    // shard.
+    const auto full = summon_full_params();
+    for (size_t i = 0; i < st.models.size(); ++i) {
+      ck::load_model_state(
+          *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
+    }
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     auto load = [&](size_t k) {
@@ -939,14 +986,18 @@ void Accelerator::save_model(
     const PreparedModelBase& model,
     const std::string& dir,
     const std::string& max_shard_size) {
-  if (is_main_process()) {
-    ck::save_model(*model.module_ptr(), dir, max_shard_size);
+  {
+    const auto full = summon_full_params();  // FSDP: the whole model
+    if (is_main_process()) {
+      ck::save_model(*model.module_ptr(), dir, max_shard_size);
+    }
   }
   wait_for_everyone();
 }
 
 void Accelerator::load_model(
     const PreparedModelBase& model, const std::string& dir) {
+  const auto full = summon_full_params();  // FSDP: loaded whole, then sharded
   ck::load_model(*model.module_ptr(), dir);
 }
 

@@ -15,6 +15,7 @@
 #include "utils/strings.h"
 
 using ampkit::detail::lower;
+using ampkit::detail::upper;
 
 namespace ampkit {
 
@@ -190,6 +191,123 @@ std::string setting_text(std::chrono::milliseconds value) {
 }
 
 }  // namespace
+
+// accelerate launch's FSDP variables (ACCELERATE_USE_FSDP, FSDP_*, as its
+// FullyShardedDataParallelPlugin reads them): what ampkit builds is taken,
+// the rest refused by name.
+std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
+  const auto use = env("ACCELERATE_USE_FSDP");
+  if (!use || !env_bool("ACCELERATE_USE_FSDP", *use)) {
+    return std::nullopt;
+  }
+  dist::FsdpOptions o;
+  auto refuse = [](const std::string& name,
+                   const std::string& value,
+                   const std::string& why) {
+    throw Unsupported(
+        component::kAccelerator,
+        "environment variable " + name + "=" + value +
+            " (fsdp_config): " + why);
+  };
+  if (auto v = env("FSDP_SHARDING_STRATEGY")) {
+    o.strategy(dist::parse_sharding_strategy(upper(*v)));
+  }
+  const std::string policy =
+      upper(env("FSDP_AUTO_WRAP_POLICY").value_or("NO_WRAP"));
+  if (policy == "TRANSFORMER_BASED_WRAP") {
+    std::vector<std::string> types;
+    const std::string names = env("FSDP_TRANSFORMER_CLS_TO_WRAP").value_or("");
+    size_t start = 0;
+    while (start <= names.size()) {
+      const size_t comma = std::min(names.find(',', start), names.size());
+      std::string name = names.substr(start, comma - start);
+      if (!name.empty()) {
+        types.push_back(name);
+      }
+      start = comma + 1;
+    }
+    if (types.empty()) {
+      throw InvalidArgument(
+          component::kAccelerator,
+          "FSDP_AUTO_WRAP_POLICY=TRANSFORMER_BASED_WRAP needs "
+          "fsdp_transformer_layer_cls_to_wrap (FSDP_TRANSFORMER_CLS_TO_WRAP): "
+          "the type of the model's repeated blocks, for example Block. A C++ "
+          "model has no _no_split_modules to take it from.");
+    }
+    o.wrap_types(types);
+  } else if (policy == "SIZE_BASED_WRAP") {
+    const std::string n = env("FSDP_MIN_NUM_PARAMS").value_or("0");
+    o.min_num_params(env_integer("FSDP_MIN_NUM_PARAMS", n));
+    if (o.min_num_params() <= 0) {
+      throw InvalidArgument(
+          component::kAccelerator,
+          "FSDP_AUTO_WRAP_POLICY=SIZE_BASED_WRAP needs fsdp_min_num_params "
+          "(FSDP_MIN_NUM_PARAMS) above 0, got " +
+              n + ".");
+    }
+  } else if (policy != "NO_WRAP") {
+    throw InvalidArgument(
+        component::kAccelerator,
+        "environment variable FSDP_AUTO_WRAP_POLICY must be "
+        "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP, got '" +
+            policy + "'.");
+  }
+  if (auto v = env("FSDP_ACTIVATION_CHECKPOINTING")) {
+    o.activation_checkpointing(env_bool("FSDP_ACTIVATION_CHECKPOINTING", *v));
+  }
+  if (auto v = env("FSDP_OFFLOAD_PARAMS");
+      v && env_bool("FSDP_OFFLOAD_PARAMS", *v)) {
+    refuse(
+        "FSDP_OFFLOAD_PARAMS",
+        *v,
+        "offloading parameters to the CPU is not built in ampkit. Set "
+        "fsdp_offload_params: false.");
+  }
+  if (auto v = env("FSDP_BACKWARD_PREFETCH"); v && upper(*v) != "NO_PREFETCH") {
+    refuse(
+        "FSDP_BACKWARD_PREFETCH",
+        *v,
+        "ampkit's FSDP gathers each unit when its backward begins, "
+        "without prefetching the next one. Set fsdp_backward_prefetch: "
+        "NO_PREFETCH (or leave it out).");
+  }
+  if (auto v = env("FSDP_FORWARD_PREFETCH");
+      v && env_bool("FSDP_FORWARD_PREFETCH", *v)) {
+    refuse(
+        "FSDP_FORWARD_PREFETCH",
+        *v,
+        "forward prefetch is not built in ampkit. Set "
+        "fsdp_forward_prefetch: false.");
+  }
+  if (auto v = env("FSDP_STATE_DICT_TYPE");
+      v && upper(*v) != "FULL_STATE_DICT") {
+    refuse(
+        "FSDP_STATE_DICT_TYPE",
+        *v,
+        "ampkit saves FULL_STATE_DICT (the whole model's weights, and "
+        "each process's optimizer shard). Set fsdp_state_dict_type: "
+        "FULL_STATE_DICT.");
+  }
+  if (auto v = env("FSDP_CPU_RAM_EFFICIENT_LOADING");
+      v && env_bool("FSDP_CPU_RAM_EFFICIENT_LOADING", *v)) {
+    refuse(
+        "FSDP_CPU_RAM_EFFICIENT_LOADING",
+        *v,
+        "every process builds the whole model, then keeps its shard. Set "
+        "fsdp_cpu_ram_efficient_loading: false.");
+  }
+  if (auto v = env("FSDP_VERSION"); v && *v != "1") {
+    refuse(
+        "FSDP_VERSION",
+        *v,
+        "ampkit's FSDP follows FSDP1's units and flat parameters. Set "
+        "fsdp_version: 1.");
+  }
+  // FSDP_USE_ORIG_PARAMS and FSDP_SYNC_MODULE_STATES: the parameters keep
+  // their names and shapes for saving, and every process starts from
+  // process 0's values, whichever they say.
+  return o;
+}
 
 ResolvedAcceleratorOptions resolve_options(
     const AcceleratorOptions& options,
@@ -378,19 +496,69 @@ ResolvedAcceleratorOptions resolve_options(
       options.config().origin,
       int64_t{0});
   r.zero_stage = zero.value;
-  if (r.zero_stage == 3) {
-    throw Unsupported(
-        component::kAccelerator,
-        "zero_stage 3 (" + zero.source +
-            ") shards the parameters themselves, which ampkit does not "
-            "implement. Use zero_stage 2 (optimizer state and gradients "
-            "sharded) or 1 (optimizer state sharded).");
-  }
   if (r.zero_stage < 0 || r.zero_stage > 3) {
     throw InvalidArgument(
         component::kAccelerator,
-        "zero_stage must be 0, 1 or 2, got " + std::to_string(r.zero_stage) +
+        "zero_stage must be 0, 1, 2 or 3, got " + std::to_string(r.zero_stage) +
             " (" + zero.source + ").");
+  }
+  r.fsdp = options.fsdp();
+  std::string fsdp_source = r.fsdp ? "explicit" : "default";
+  if (!r.fsdp) {
+    r.fsdp = env_fsdp(env);
+    if (r.fsdp) {
+      fsdp_source = "env ACCELERATE_USE_FSDP";
+    }
+  }
+  if (!r.fsdp && !options.config().fsdp_env.empty()) {
+    // The config's fsdp_config, read as accelerate launch would pass it.
+    const auto& pairs = options.config().fsdp_env;
+    r.fsdp = env_fsdp([&pairs](const std::string& name) {
+      for (const auto& [key, value] : pairs) {
+        if (key == name) {
+          return std::optional<std::string>(value);
+        }
+      }
+      return std::optional<std::string>();
+    });
+    fsdp_source = options.config().origin;
+  }
+  if (r.zero_stage == 3) {
+    // DeepSpeed's stage 3 is FSDP's FULL_SHARD.
+    if (r.fsdp && r.fsdp->strategy() != dist::ShardingStrategy::full_shard) {
+      throw InvalidArgument(
+          component::kAccelerator,
+          "zero_stage 3 (" + zero.source +
+              ") is FULL_SHARD, but FSDP is "
+              "set to " +
+              dist::to_string(r.fsdp->strategy()) + " (" + fsdp_source +
+              "). Choose one.");
+    }
+    if (!r.fsdp) {
+      r.fsdp = dist::FsdpOptions();
+      fsdp_source = "zero_stage 3 (" + zero.source + ")";
+    }
+    r.zero_stage = 0;
+  } else if (r.zero_stage > 0 && r.fsdp) {
+    throw InvalidArgument(
+        component::kAccelerator,
+        "zero_stage " + std::to_string(r.zero_stage) + " (" + zero.source +
+            ") and FSDP (" + fsdp_source +
+            ") both shard the optimizer; choose one (FSDP's SHARD_GRAD_OP is "
+            "zero_stage 2 with FSDP's units).");
+  }
+  if (r.fsdp && (r.find_unused_parameters || r.static_graph ||
+                 r.gradient_compression != Precision::no)) {
+    throw InvalidArgument(
+        component::kAccelerator,
+        std::string("FSDP with ") +
+            (r.find_unused_parameters ? "find_unused_parameters"
+             : r.static_graph         ? "static_graph"
+                                      : "gradient_compression") +
+            " is not supported: these are options of DDP's synchronizer, "
+            "which FSDP replaces (a unit's gradients are reduce-scattered "
+            "in full precision when its backward ends). Leave it at its "
+            "default under FSDP.");
   }
   const Picked<double> clipping = pick(
       options.gradient_clipping(),
@@ -486,6 +654,23 @@ ResolvedAcceleratorOptions resolve_options(
            : r.zero_stage == 2 ? " (optimizer state and gradients sharded)"
                                : " (DDP: nothing sharded)"),
       zero.source);
+  if (r.fsdp) {
+    std::string text = dist::to_string(r.fsdp->strategy());
+    if (!r.fsdp->wrap_types().empty()) {
+      text += ", units by type";
+      for (const auto& t : r.fsdp->wrap_types()) {
+        text += " " + t;
+      }
+    } else if (r.fsdp->min_num_params() > 0) {
+      text += ", units by size >= " + std::to_string(r.fsdp->min_num_params());
+    } else {
+      text += ", one unit";
+    }
+    if (r.fsdp->activation_checkpointing()) {
+      text += ", activation checkpointing";
+    }
+    add("fsdp", text, fsdp_source);
+  }
   add("gradient_clipping",
       r.gradient_clipping > 0 ? format_double(r.gradient_clipping) : "off",
       clipping.source);

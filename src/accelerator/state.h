@@ -17,6 +17,7 @@
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/dist/ddp.h"
+#include "ampkit/dist/fsdp.h"
 #include "ampkit/dist/process_group.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/scheduler.h"
@@ -50,6 +51,9 @@ struct PreparedOptimizerEntry {
   FusedStep fused = FusedStep::none;
   // zero_stage 1 or 2: the optimizer steps this process's shard.
   std::shared_ptr<optim::ShardedOptimizer> sharded;
+  // FSDP: the model whose shards this optimizer steps (each process its
+  // own shards; saved per process).
+  dist::FullyShardedModel* fsdp = nullptr;
 };
 
 struct AcceleratorState {
@@ -119,7 +123,12 @@ struct AcceleratorState {
   // Distributed runs only: the group, and one synchronizer per model (in
   // the order of `models`).
   std::shared_ptr<dist::ProcessGroup> group;
+  // (nullptr for a model that FSDP shards instead).
   std::vector<std::unique_ptr<dist::GradientSynchronizer>> synchronizers;
+  // FSDP: one per model, in the order of `models` (nullptr for a model it
+  // does not shard); also in one process.
+  std::vector<std::shared_ptr<dist::FullyShardedModel>> fsdp;
+  dist::FullyShardedModel* fsdp_for(const torch::nn::Module* m);
   bool trigger = false;
   // Real samples in the last gathered step of the active data loader when
   // its sampler padded the epoch; 0 when nothing to drop.

@@ -223,7 +223,7 @@ Manifest decode_manifest(std::string_view text, const std::string& origin) {
       }
       for (const auto& p : j["optimizer_partitions"]) {
         Manifest::Partition part;
-        part.zero_stage = integer(p, "zero_stage", 0, 2);
+        part.zero_stage = integer(p, "zero_stage", 0, 3);
         for (const auto& b : p.at("boundaries")) {
           if (!b.is_number_integer() || b.get<int64_t>() < 0) {
             bad("\"boundaries\" must hold offsets >= 0, got " + b.dump() + ".");

@@ -66,15 +66,10 @@ void read_deepspeed_config(
     if (key == "zero_stage") {
       const auto stage = ampkit::detail::parse_int(value, 0, 3);
       if (!stage) {
-        fail(shown + " is not a ZeRO stage. Valid values: 0, 1, 2.");
+        fail(shown + " is not a ZeRO stage. Valid values: 0, 1, 2, 3.");
       }
-      if (*stage == 3) {
-        fail(
-            shown +
-            ": ZeRO stage 3 (sharded parameters) is not implemented by "
-            "ampkit. Use zero_stage 2 (sharded optimizer state and "
-            "gradients) or 1 (sharded optimizer state).");
-      }
+      // Stage 3 is ampkit's FSDP FULL_SHARD (the whole model one unit
+      // unless FSDP_* variables name units).
       config.zero_stage = *stage;
     } else if (key == "gradient_accumulation_steps") {
       const auto steps = ampkit::detail::parse_int(value, 1, INT64_MAX);
@@ -101,8 +96,9 @@ void read_deepspeed_config(
       if (b == "true" || b == "yes" || b == "on") {
         fail(
             shown +
-            ": it applies to ZeRO stage 3, which ampkit does not "
-            "implement. Set it to false.");
+            ": DeepSpeed's stage-3 initialisation and 16-bit saving are "
+            "not ampkit's (its stage 3 builds the model on every process and "
+            "saves fp32 weights). Set it to false.");
       }
     } else if (!value.empty() && ampkit::detail::lower(value) != "none") {
       // A DeepSpeed JSON file, NVMe paths, MoE layers, DeepSpeed's own

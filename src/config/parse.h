@@ -51,6 +51,12 @@ std::vector<Entry> parse_json(const std::string& path, const std::string& text);
 /// file, ...) is a ConfigError naming it.
 void read_deepspeed_config(
     const Entry* entry, const std::string& path, LaunchConfig& config);
+/// The fsdp_config entry (or nullptr) of a distributed_type FSDP config into
+/// config.fsdp_env, as accelerate launch's variables; a setting ampkit does
+/// not implement (HYBRID_SHARD, offload, prefetch, ...) is a ConfigError
+/// naming it.
+void read_fsdp_config(
+    const Entry* entry, const std::string& path, LaunchConfig& config);
 
 /// Throws the ConfigError of `entry` in `path`: "path:line: message".
 [[noreturn]] void fail_at(

@@ -50,10 +50,9 @@ const std::vector<Plugin>& plugins() {
        [](const std::string&, const std::string& value) {
          return is_off_word(value);
        },
-       "FSDP (sharded parameters) is not implemented by ampkit. Shard the "
-       "optimizer state and gradients with distributed_type: DEEPSPEED and "
-       "deepspeed_config.zero_stage 1 or 2, and leave fsdp_config empty "
-       "({})."},
+       "fsdp_config applies to distributed_type FSDP only, and this config "
+       "has another. Set distributed_type: FSDP to shard the model, or "
+       "leave fsdp_config empty ({})."},
       {"dynamo_config",
        {"dynamo_backend",
         "dynamo_mode",

@@ -322,8 +322,8 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
           "What should be your DeepSpeed's ZeRO optimization stage?",
           2,
           0,
-          2,
-          "stage 3, sharded parameters, is not implemented by ampkit");
+          3,
+          "stage 3 shards the parameters too (ampkit's FSDP FULL_SHARD)");
       if (q.ask_bool("Do you want to use gradient clipping?", false)) {
         config.gradient_clipping = q.ask(
             "What is the gradient clipping value?",
@@ -338,6 +338,67 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
             });
       }
     }
+  }
+
+  // accelerate's FSDP questions (its cluster.py: asked for multi-GPU runs
+  // without DeepSpeed, as there), where ampkit builds the choice; what it
+  // does not build is written at accelerate's off value. (On the CPU, FSDP
+  // comes from a config file's distributed_type FSDP or the options.)
+  std::string fsdp;
+  if (multi_gpu && !use_zero &&
+      q.ask_bool("Do you want to use FullyShardedDataParallel?", false)) {
+    static const char* kStrategies[] = {
+        "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+    const size_t strategy = q.ask_menu(
+        "What should be your sharding strategy?",
+        {{"FULL_SHARD", {}}, {"SHARD_GRAD_OP", {}}, {"NO_SHARD", {}}});
+    static const char* kPolicies[] = {
+        "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
+    const size_t policy = q.ask_menu(
+        "What should be your auto wrap policy?",
+        {{"TRANSFORMER_BASED_WRAP", {}},
+         {"SIZE_BASED_WRAP", {}},
+         {"NO_WRAP", {}}});
+    fsdp = "fsdp_activation_checkpointing: ";
+    std::string wrap =
+        std::string("fsdp_auto_wrap_policy: ") + kPolicies[policy] + "\n";
+    if (policy == 0) {
+      wrap += "fsdp_transformer_layer_cls_to_wrap: " +
+              q.ask(
+                  "Specify the comma-separated list of module type names to "
+                  "wrap (as TORCH_MODULE names them, e.g. Block)",
+                  "Block",
+                  "Please enter one or more type names separated by commas.",
+                  [](const std::string& answer) -> std::optional<std::string> {
+                    if (answer.empty() ||
+                        answer.find_first_of(" :#'\"") != std::string::npos) {
+                      return std::nullopt;
+                    }
+                    return answer;
+                  }) +
+              "\n";
+    } else if (policy == 1) {
+      wrap += "fsdp_min_num_params: " +
+              std::to_string(q.ask_int(
+                  "What should be your FSDP's minimum number of parameters for "
+                  "Default Auto Wrapping Policy?",
+                  100000000,
+                  1)) +
+              "\n";
+    }
+    const bool checkpointing = q.ask_bool(
+        "Do you want to enable FSDP activation checkpointing?", false);
+    fsdp += std::string(checkpointing ? "true" : "false") + "\n" + wrap +
+            "fsdp_backward_prefetch: NO_PREFETCH\n"
+            "fsdp_cpu_ram_efficient_loading: true\n"
+            "fsdp_forward_prefetch: false\n"
+            "fsdp_offload_params: false\n"
+            "fsdp_sharding_strategy: " +
+            kStrategies[strategy] +
+            "\n"
+            "fsdp_state_dict_type: FULL_STATE_DICT\n"
+            "fsdp_sync_module_states: true\n"
+            "fsdp_use_orig_params: true\n";
   }
 
   if (multi_gpu) {
@@ -380,6 +441,10 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
         "zero3_init_flag: false\nzero_stage: " +
         std::to_string(config.zero_stage) + "\n";
     config.passthrough.emplace_back("deepspeed_config", deepspeed);
+  }
+  if (!fsdp.empty()) {
+    config.distributed_type = "FSDP";
+    config.passthrough.emplace_back("fsdp_config", fsdp);
   }
   return config;
 }

@@ -89,10 +89,9 @@ const std::vector<std::string> kPassthroughKeys = {
 const std::vector<std::string> kLegacyKeys = {"dynamo_backend", "fp16"};
 
 const std::vector<std::string> kDistributedTypes = {
-    "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED"};
+    "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP"};
 /// accelerate's other DistributedType values: real, but not ampkit's.
 const std::vector<std::string> kOtherDistributedTypes = {
-    "FSDP",
     "MEGATRON_LM",
     "MULTI_HPU",
     "MULTI_MLU",
@@ -206,8 +205,8 @@ class Reader {
     } else if (key == "distributed_type") {
       if (contains(kOtherDistributedTypes, entry.text)) {
         bad(entry,
-            "is not supported by ampkit: use NO, MULTI_CPU, MULTI_GPU or "
-            "DEEPSPEED (ZeRO stages 1 and 2)",
+            "is not supported by ampkit: use NO, MULTI_CPU, MULTI_GPU, "
+            "DEEPSPEED (ZeRO stages 1-3) or FSDP",
             "Valid values: " + join(kDistributedTypes, ", ") + ".");
       }
       config.distributed_type = one_of(entry, kDistributedTypes);
@@ -327,7 +326,10 @@ class Reader {
         apply(entry, config);
         has_mixed_precision |= entry.key == "mixed_precision";
       } else if (contains(kPassthroughKeys, entry.key)) {
-        detail::check_plugin_config(entry, path_);
+        // fsdp_config is read below when distributed_type is FSDP.
+        if (entry.key != "fsdp_config") {
+          detail::check_plugin_config(entry, path_);
+        }
         passthrough[entry.key] = entry.yaml;
       } else if (entry.key == "fp16") {
         fp16 = &entry;
@@ -355,6 +357,17 @@ class Reader {
         }
       }
       detail::read_deepspeed_config(deepspeed, path_, config);
+    }
+    const Entry* fsdp = nullptr;
+    for (const Entry& entry : entries) {
+      if (entry.key == "fsdp_config") {
+        fsdp = &entry;
+      }
+    }
+    if (config.distributed_type == "FSDP") {
+      detail::read_fsdp_config(fsdp, path_, config);
+    } else if (fsdp != nullptr) {
+      detail::check_plugin_config(*fsdp, path_);
     }
     for (const Entry& entry : entries) {
       if (!contains(kAmpkitKeys, entry.key) &&
@@ -482,6 +495,9 @@ ConfigValues to_config_values(
   if (config.distributed_type == "DEEPSPEED") {
     values.zero_stage = config.zero_stage;
     values.gradient_clipping = config.gradient_clipping;
+  }
+  if (config.distributed_type == "FSDP") {
+    values.fsdp_env = config.fsdp_env;
   }
   if (!config.log_with.empty()) {
     values.log_with = config.log_with;

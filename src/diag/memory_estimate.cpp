@@ -20,13 +20,11 @@ MemoryEstimate estimate_memory(
     Precision precision,
     int64_t zero_stage,
     int64_t processes) {
-  if (zero_stage < 0 || zero_stage > 2) {
+  if (zero_stage < 0 || zero_stage > 3) {
     throw InvalidArgument(
         component::kMemoryEstimate,
-        "zero_stage must be 0, 1 or 2, got " + std::to_string(zero_stage) +
-            (zero_stage == 3 ? " (stage 3, sharded parameters, is not "
-                               "implemented by ampkit)."
-                             : "."));
+        "zero_stage must be 0, 1, 2 or 3 (FSDP's FULL_SHARD), got " +
+            std::to_string(zero_stage) + ".");
   }
   if (processes < 1) {
     throw InvalidArgument(
@@ -78,6 +76,18 @@ MemoryEstimate estimate_memory(
     // The fp32 gradients are sharded; the half gradients of the GEMMs in
     // mixed precision live only within backward.
     e.gradients = share(4 * n) + (e.gradients - 4 * n);
+  }
+  if (zero_stage == 3) {
+    // FSDP FULL_SHARD: between steps each process holds its fp32 shard of
+    // the weights and of the gradients; a unit's full parameters (gathered
+    // in fp32) and autocast's half copies exist only while it computes.
+    e.gradients = share(4 * n);
+    if (precision == Precision::no) {
+      e.weights = share(4 * n);
+    } else {
+      e.weights = 0;
+      e.master_weights = share(4 * n);
+    }
   }
   return e;
 }
@@ -144,7 +154,15 @@ std::string memory_table(
   std::ostringstream out;
   out << "Training memory for " << parameters
       << " parameters (activations and the allocator's overhead excluded)\n";
-  if (!rows.empty() && rows.front().zero_stage > 0) {
+  if (!rows.empty() && rows.front().zero_stage == 3) {
+    const auto& r = rows.front();
+    out << "Per process, ZeRO stage 3 (FSDP FULL_SHARD) over " << r.processes
+        << " processes, between steps: the weights, the fp32 gradients and "
+           "the optimizer state divided by "
+        << r.processes
+        << " (each unit padded to a multiple of it); while a unit computes, "
+           "add its full fp32 parameters and its activations\n";
+  } else if (!rows.empty() && rows.front().zero_stage > 0) {
     const auto& r = rows.front();
     out << "Per process, ZeRO stage " << r.zero_stage << " over " << r.processes
         << " processes: the optimizer state"

@@ -320,6 +320,9 @@ class Group {
         if (o_.zero_stage >= 0) {
           set("AMPKIT_ZERO_STAGE", std::to_string(o_.zero_stage));
         }
+        for (const auto& [name, value] : o_.fsdp_env) {
+          set(name, value);
+        }
         if (o_.gradient_clipping > 0) {
           std::ostringstream clip;
           clip.precision(17);

@@ -534,6 +534,37 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(
   }
 }
 
+void ProcessGroup::all_gather_into(
+    torch::Tensor& output, const torch::Tensor& input) {
+  const int64_t n = input.numel();
+  if (output.numel() != n * size() || !output.is_contiguous()) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "all_gather_into needs a contiguous output of " +
+            std::to_string(n * size()) + " values (" + std::to_string(n) +
+            " from each of " + std::to_string(size()) + " processes), got " +
+            std::to_string(output.numel()) + ".");
+  }
+  check_same(*this, "gather (all_gather_into)", input);
+  try {
+    std::vector<at::Tensor> inputs{
+        for_backend(*impl_, input.reshape({-1})).contiguous()};
+    const bool direct = output.device() == inputs[0].device();
+    at::Tensor target =
+        direct ? output : at::empty({n * size()}, inputs[0].options());
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int64_t r = 0; r < size(); ++r) {
+      outputs[0].push_back(target.view({-1}).narrow(0, r * n, n));
+    }
+    impl_->pg->allgather(outputs, inputs)->wait();
+    if (!direct) {
+      output.copy_(target.view(output.sizes()));
+    }
+  } catch (...) {
+    rethrow_explained("gather (all_gather_into)");
+  }
+}
+
 void ProcessGroup::broadcast(torch::Tensor& tensor, int64_t root) {
   check_same(*this, "broadcast", tensor);
   try {

@@ -25,6 +25,14 @@ inline std::string lower(std::string text) {
   return text;
 }
 
+/// ASCII upper case.
+inline std::string upper(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
+    return static_cast<char>(std::toupper(c));
+  });
+  return text;
+}
+
 /// parts[0] + sep + parts[1] + ...
 inline std::string join(
     const std::vector<std::string>& parts, std::string_view sep) {

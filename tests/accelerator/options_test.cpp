@@ -260,7 +260,7 @@ TEST(OptionsTest, AccumulationStepsBelowOneAreRefusedWithTheirSource) {
 // zero_stage comes from the option, accelerate's DeepSpeed variable or a
 // DEEPSPEED config, as the other settings; stage 3 is refused, not run as
 // something else.
-TEST(OptionsTest, ZeroStageFollowsThePrecedenceAndStageThreeIsRefused) {
+TEST(OptionsTest, ZeroStageFollowsThePrecedenceAndStageThreeIsFsdp) {
   EXPECT_EQ(resolve_options({}, env_of({}), cpu_only(false)).zero_stage, 0);
   ConfigValues config;
   config.origin = "ds.yaml";
@@ -289,19 +289,20 @@ TEST(OptionsTest, ZeroStageFollowsThePrecedenceAndStageThreeIsRefused) {
           cpu_only(false))
           .zero_stage,
       1);
-  AMPKIT_EXPECT_THROWS_WITH(
-      resolve_options(
-          {},
-          env_of({{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"}}),
-          cpu_only(false)),
-      Unsupported,
-      "zero_stage 3 (env ACCELERATE_DEEPSPEED_ZERO_STAGE) shards the "
-      "parameters themselves, which ampkit does not implement");
+  // Stage 3 is FSDP's FULL_SHARD.
+  const auto three = resolve_options(
+      {}, env_of({{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"}}), cpu_only(false));
+  EXPECT_EQ(three.zero_stage, 0);
+  ASSERT_TRUE(three.fsdp.has_value());
+  EXPECT_EQ(three.fsdp->strategy(), dist::ShardingStrategy::full_shard);
+  EXPECT_EQ(
+      row(three, "fsdp").source,
+      "zero_stage 3 (env ACCELERATE_DEEPSPEED_ZERO_STAGE)");
   AMPKIT_EXPECT_THROWS_WITH(
       resolve_options(
           AcceleratorOptions().zero_stage(-1), env_of({}), cpu_only(false)),
       InvalidArgument,
-      "zero_stage must be 0, 1 or 2, got -1 (explicit)");
+      "zero_stage must be 0, 1, 2 or 3, got -1 (explicit)");
   AMPKIT_EXPECT_THROWS_WITH(
       resolve_options(
           AcceleratorOptions().zero_stage(2).find_unused_parameters(true),

@@ -238,19 +238,21 @@ TEST_F(ConfigFileTest, BadMixedPrecisionListsThePrecisions) {
 }
 
 TEST_F(ConfigFileTest, DistributedTypeOfAccelerateOnlyIsRefusedByName) {
-  const std::string fsdp = write("fsdp.yaml", "distributed_type: FSDP\n");
+  const std::string megatron =
+      write("megatron.yaml", "distributed_type: MEGATRON_LM\n");
   AMPKIT_EXPECT_THROWS_WITH(
-      load_config(fsdp),
+      load_config(megatron),
       InvalidArgument,
-      fsdp +
+      megatron +
           ":1: key 'distributed_type' is not supported by ampkit: use NO, "
-          "MULTI_CPU, MULTI_GPU or DEEPSPEED (ZeRO stages 1 and 2), got "
-          "'FSDP'.");
+          "MULTI_CPU, MULTI_GPU, DEEPSPEED (ZeRO stages 1-3) or FSDP, got "
+          "'MEGATRON_LM'.");
   const std::string typo = write("typo.yaml", "distributed_type: MULTI_GUP\n");
   AMPKIT_EXPECT_THROWS_WITH(
       load_config(typo),
       InvalidArgument,
-      "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU, DEEPSPEED.");
+      "got 'MULTI_GUP'. Valid values: NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, "
+      "FSDP.");
 }
 
 // Both rendezvous spellings meet on machine 0's launcher; etcd needs a
@@ -343,10 +345,12 @@ TEST_F(ConfigFileTest, DeepSpeedConfigRunsOnZeroAndRefusesWhatItLacks) {
         "distributed_type: DEEPSPEED\ndeepspeed_config:\n  " + line + "\n");
     AMPKIT_EXPECT_THROWS_WITH(load_config(path), InvalidArgument, message);
   };
-  refused(
-      "zero_stage: 3",
-      "deepspeed_config.zero_stage '3': ZeRO stage 3 (sharded parameters) is "
-      "not implemented by ampkit");
+  // Stage 3 is ampkit's FSDP FULL_SHARD.
+  const std::string three = write(
+      "three.yaml",
+      "distributed_type: DEEPSPEED\ndeepspeed_config:\n  "
+      "zero_stage: 3\n");
+  EXPECT_EQ(load_config(three).zero_stage, 3);
   refused(
       "offload_optimizer_device: cpu",
       "deepspeed_config.offload_optimizer_device 'cpu': offloading to the "
@@ -357,8 +361,8 @@ TEST_F(ConfigFileTest, DeepSpeedConfigRunsOnZeroAndRefusesWhatItLacks) {
       "deepspeed_config_file: ds.json",
       "deepspeed_config.deepspeed_config_file 'ds.json' is a DeepSpeed "
       "setting ampkit does not implement");
-  refused("zero3_init_flag: true", "it applies to ZeRO stage 3");
-  refused("zero_stage: two", "is not a ZeRO stage. Valid values: 0, 1, 2.");
+  refused("zero3_init_flag: true", "DeepSpeed's stage-3 initialisation");
+  refused("zero_stage: two", "is not a ZeRO stage. Valid values: 0, 1, 2, 3.");
   refused("gradient_clipping: -1", "must be a number >= 0");
   refused("zero_stages: 2", "unknown key deepspeed_config.zero_stages");
 }
@@ -384,8 +388,24 @@ TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
   };
   refused(
       "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
-      ":1: fsdp_config.fsdp_sharding_strategy 'FULL_SHARD': FSDP (sharded "
-      "parameters) is not implemented by ampkit");
+      ":1: fsdp_config.fsdp_sharding_strategy 'FULL_SHARD': fsdp_config "
+      "applies to distributed_type FSDP only");
+  refused(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: "
+      "HYBRID_SHARD\n",
+      "fsdp_config.fsdp_sharding_strategy 'HYBRID_SHARD': sharding within a "
+      "machine");
+  refused(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n",
+      "fsdp_config.fsdp_offload_params 'true': offloading parameters");
+  refused(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch: "
+      "BACKWARD_PRE\n",
+      "fsdp_config.fsdp_backward_prefetch 'BACKWARD_PRE'");
+  refused(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_state_dict_type: "
+      "SHARDED_STATE_DICT\n",
+      "fsdp_config.fsdp_state_dict_type 'SHARDED_STATE_DICT'");
   refused(
       "dynamo_config:\n  dynamo_backend: INDUCTOR\n",
       "dynamo_config.dynamo_backend 'INDUCTOR': TorchDynamo compiles Python "

@@ -67,6 +67,7 @@ TEST(QuestionnaireTest, MultiGpuOnTwoMachinesFillsEveryField) {
       "YES\n"           // debug
       "8\n"             // processes over both machines
       "no\n"            // DeepSpeed (ZeRO)
+      "no\n"            // FullyShardedDataParallel
       "0, 1,2,3\n"      // GPU ids
       "bf16\n"          // mixed precision
       "4\n");           // gradient accumulation
@@ -123,7 +124,7 @@ TEST(QuestionnaireTest, OtherComputeEnvironmentsAreRefusedAsUnsupported) {
 
 TEST(QuestionnaireTest, RefusesOneProcessForMultiGpuOnOneMachine) {
   std::string printed;
-  const LaunchConfig config = answer("0\n2\n\n\n1\n2\n\n\n\n\n", &printed);
+  const LaunchConfig config = answer("0\n2\n\n\n1\n2\n\n\n\n\n\n", &printed);
   EXPECT_THAT(printed, HasSubstr("Please enter an integer >= 2"));
   EXPECT_EQ(config.num_processes, 2);
 }
@@ -153,7 +154,7 @@ TEST(QuestionnaireTest, LastAnswerWithoutNewlineIsAccepted) {
 
 TEST(QuestionnaireTest, PromptsShowTheDefaultsInBrackets) {
   std::string printed;
-  answer("0\nmulti-GPU\n2\n\n10.0.0.1\n\n\n\n\n\n\n\n\n", &printed);
+  answer("0\nmulti-GPU\n2\n\n10.0.0.1\n\n\n\n\n\n\n\n\n\n", &printed);
   EXPECT_THAT(printed, HasSubstr("[No distributed training]: "));
   EXPECT_THAT(printed, HasSubstr("multi-node training)? [1]: "));
   EXPECT_THAT(printed, HasSubstr("rank of this machine? [0]: "));
@@ -177,14 +178,14 @@ TEST(QuestionnaireTest, DeepSpeedAnswersWriteAZeroConfigThatReadsBack) {
       "\n"     // debug
       "2\n"    // processes
       "yes\n"  // DeepSpeed
-      "3\n"    // stage 3: refused
+      "4\n"    // no stage 4: asked again
       "1\n"    // stage 1
       "y\n"    // gradient clipping
       "0.5\n"  // its value
       "\n"     // precision
       "2\n",   // accumulation
       &printed);
-  EXPECT_THAT(printed, HasSubstr("stage 3, sharded parameters, is not"));
+  EXPECT_THAT(printed, HasSubstr("integer from 0 to 3"));
   EXPECT_EQ(config.distributed_type, "DEEPSPEED");
   EXPECT_EQ(config.zero_stage, 1);
   EXPECT_EQ(config.gradient_clipping, 0.5);
@@ -199,6 +200,40 @@ TEST(QuestionnaireTest, DeepSpeedAnswersWriteAZeroConfigThatReadsBack) {
   const ConfigValues values = to_config_values(back, path);
   EXPECT_EQ(values.zero_stage, std::optional<int64_t>(1));
   EXPECT_EQ(values.gradient_clipping, std::optional<double>(0.5));
+}
+
+// accelerate's FSDP questions (multi-GPU): the file says FSDP with the
+// fsdp_config accelerate writes, and reads back as launch's variables.
+TEST(QuestionnaireTest, FsdpAnswersWriteAnFsdpConfigThatReadsBack) {
+  const LaunchConfig config = answer(
+      "0\n"              // compute environment
+      "multi-GPU\n"      // machine type
+      "\n"               // machines
+      "\n"               // debug
+      "2\n"              // processes
+      "no\n"             // DeepSpeed
+      "yes\n"            // FullyShardedDataParallel
+      "SHARD_GRAD_OP\n"  // sharding strategy
+      "0\n"              // TRANSFORMER_BASED_WRAP
+      "Block\n"          // the type to wrap
+      "yes\n"            // activation checkpointing
+      "\n"               // GPU ids
+      "bf16\n"           // precision
+      "\n");             // accumulation
+  EXPECT_EQ(config.distributed_type, "FSDP");
+  const std::string path = ::testing::TempDir() + "/fsdp_config.yaml";
+  save_config(config, path);
+  const LaunchConfig back = load_config(path);
+  EXPECT_EQ(back.distributed_type, "FSDP");
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"ACCELERATE_USE_FSDP", "true"},
+      {"FSDP_ACTIVATION_CHECKPOINTING", "true"},
+      {"FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
+      {"FSDP_TRANSFORMER_CLS_TO_WRAP", "Block"},
+      {"FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"},
+      {"FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT"}};
+  EXPECT_EQ(back.fsdp_env, want);
+  EXPECT_EQ(to_config_values(back, path).fsdp_env, want);
 }
 
 }  // namespace

@@ -40,6 +40,10 @@ printf '0\n1\n\n\n2\nno\n\n\n' |
 # The same with DeepSpeed: ZeRO stage 2, no clipping, bf16, 2 steps.
 printf '0\n1\n\n\n2\nyes\n2\nn\nbf16\n2\n' |
   "$cli" config --config_file "$work/ampkit_zero2.yaml" >/dev/null
+# Multi-GPU with FSDP (accelerate asks it there): SHARD_GRAD_OP, units by
+# type Block, activation checkpointing, all GPUs, bf16, 1 step.
+printf '0\nmulti-GPU\n\n\n2\nno\nyes\nSHARD_GRAD_OP\n0\nBlock\nyes\n\nbf16\n\n' |
+  "$cli" config --config_file "$work/ampkit_fsdp.yaml" >/dev/null
 
 # check_with_accelerate FILE KEY=VALUE...: accelerate's loader must accept
 # FILE and give each KEY (an attribute, or deepspeed_config.NAME) VALUE.
@@ -74,6 +78,8 @@ for item in expected:
     key, want = item.split("=", 1)
     if key.startswith("deepspeed_config."):
         got = config.deepspeed_config.get(key.split(".", 1)[1])
+    elif key.startswith("fsdp_config."):
+        got = config.fsdp_config.get(key.split(".", 1)[1])
     else:
         got = getattr(config, key)
     got = str(getattr(got, "value", got))  # enums as their value
@@ -93,6 +99,14 @@ check_with_accelerate "$work/ampkit_multi_cpu.yaml" \
 check_with_accelerate "$work/ampkit_zero2.yaml" \
   distributed_type=DEEPSPEED num_processes=2 mixed_precision=bf16 \
   deepspeed_config.zero_stage=2 deepspeed_config.gradient_accumulation_steps=2
+check_with_accelerate "$work/ampkit_fsdp.yaml" \
+  distributed_type=FSDP num_processes=2 mixed_precision=bf16 \
+  fsdp_config.fsdp_sharding_strategy=SHARD_GRAD_OP \
+  fsdp_config.fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP \
+  fsdp_config.fsdp_transformer_layer_cls_to_wrap=Block \
+  fsdp_config.fsdp_activation_checkpointing=True \
+  fsdp_config.fsdp_state_dict_type=FULL_STATE_DICT \
+  fsdp_config.fsdp_offload_params=False
 
 # --- b. accelerate writes, ampkit reads -------------------------------------
 
@@ -114,6 +128,19 @@ ClusterConfig(
         "offload_optimizer_device": "none", "offload_param_device": "none",
         "zero3_init_flag": False},
     **common).to_yaml_file(f"{work}/accelerate_zero2.yaml")
+# FSDP as accelerate's questionnaire writes it, with the choices ampkit
+# builds (no prefetch, full state dict, no offload).
+ClusterConfig(
+    distributed_type="FSDP", mixed_precision="bf16",
+    fsdp_config={
+        "fsdp_sharding_strategy": "SHARD_GRAD_OP", "fsdp_offload_params": False,
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": "Block",
+        "fsdp_backward_prefetch": "NO_PREFETCH",
+        "fsdp_state_dict_type": "FULL_STATE_DICT", "fsdp_forward_prefetch": False,
+        "fsdp_use_orig_params": True, "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_sync_module_states": True, "fsdp_activation_checkpointing": True},
+    **common).to_yaml_file(f"{work}/accelerate_fsdp.yaml")
 EOF
 
 # check_with_ampkit FILE VAR=VALUE...: `ampkit launch` with FILE must give
@@ -146,5 +173,9 @@ check_with_ampkit "$work/accelerate_multi_cpu.yaml" \
 check_with_ampkit "$work/accelerate_zero2.yaml" \
   WORLD_SIZE=2 AMPKIT_MIXED_PRECISION=bf16 AMPKIT_ZERO_STAGE=2 \
   AMPKIT_GRADIENT_ACCUMULATION_STEPS=4 AMPKIT_GRADIENT_CLIPPING=1
+check_with_ampkit "$work/accelerate_fsdp.yaml" \
+  WORLD_SIZE=2 AMPKIT_MIXED_PRECISION=bf16 ACCELERATE_USE_FSDP=true \
+  FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP FSDP_AUTO_WRAP_POLICY=TRANSFORMER_BASED_WRAP \
+  FSDP_TRANSFORMER_CLS_TO_WRAP=Block FSDP_ACTIVATION_CHECKPOINTING=true
 
 exit "$failed"

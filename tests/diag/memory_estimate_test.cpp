@@ -70,10 +70,21 @@ TEST(MemoryEstimateTest, ZeroDividesTheStateAndWithStageTwoTheGradients) {
   EXPECT_EQ(two.master_weights, 4 * n);
   const auto table = ampkit::memory_table(n, {two});
   EXPECT_THAT(table, HasSubstr("Per process, ZeRO stage 2 over 4 processes"));
+  // Stage 3 (FSDP FULL_SHARD): the weights and gradients divided too.
+  const auto three =
+      ampkit::estimate_memory(n, "adamw", ampkit::Precision::no, 3, 4);
+  EXPECT_EQ(three.total(), 16 * n / 4);
+  const auto three_bf16 =
+      ampkit::estimate_memory(n, "adamw", ampkit::Precision::bf16, 3, 4);
+  EXPECT_EQ(three_bf16.master_weights, 4 * n / 4);
+  EXPECT_EQ(three_bf16.weights, 0);
   EXPECT_THAT(
-      [] { ampkit::estimate_memory(10, "adamw", ampkit::Precision::no, 3, 2); },
+      ampkit::memory_table(n, {three}),
+      HasSubstr("ZeRO stage 3 (FSDP FULL_SHARD) over 4 processes"));
+  EXPECT_THAT(
+      [] { ampkit::estimate_memory(10, "adamw", ampkit::Precision::no, 4, 2); },
       ::testing::ThrowsMessage<ampkit::InvalidArgument>(
-          HasSubstr("stage 3, sharded parameters, is not implemented")));
+          HasSubstr("0, 1, 2 or 3")));
 }
 
 TEST(MemoryEstimateTest, TableHasEveryColumn) {

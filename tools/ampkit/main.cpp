@@ -368,8 +368,9 @@ int main(int argc, char** argv) {
   estimate->add_option(
       flags("zero-stage"),
       estimate_zero_stage,
-      "0 (DDP: everything on every process), 1 (optimizer state sharded) or "
-      "2 (and the fp32 gradients); figures per process");
+      "0 (DDP: everything on every process), 1 (optimizer state sharded), "
+      "2 (and the fp32 gradients) or 3 (FSDP FULL_SHARD: and the weights); "
+      "figures per process");
   estimate->add_option(
       flags("num-processes"),
       estimate_processes,
@@ -650,6 +651,9 @@ int main(int argc, char** argv) {
           }
         }
         from("gpu_ids", gpu_ids, c.gpu_ids);
+        if (c.distributed_type == "FSDP") {
+          launch_options.fsdp_env = c.fsdp_env;
+        }
         if (c.distributed_type == "DEEPSPEED") {
           from("zero_stage", launch_options.zero_stage, c.zero_stage);
           from(

@@ -249,6 +249,23 @@ class Accelerator {
     std::shared_ptr<detail::AcceleratorState> state_;
   };
   NoSyncScope no_sync(const PreparedModelBase& model);
+  /// FSDP's summon_full_params: while the scope lives, every FSDP model's
+  /// parameters hold their full values (to sample from the model, inspect
+  /// or change its weights); every process must open it. At its end each
+  /// process keeps its shard of what they then hold. Without FSDP it does
+  /// nothing.
+  class [[nodiscard]] FullParamsScope {
+   public:
+    ~FullParamsScope();
+    FullParamsScope(const FullParamsScope&) = delete;
+    FullParamsScope& operator=(const FullParamsScope&) = delete;
+
+   private:
+    friend class Accelerator;
+    explicit FullParamsScope(std::shared_ptr<detail::AcceleratorState> state);
+    std::shared_ptr<detail::AcceleratorState> state_;
+  };
+  FullParamsScope summon_full_params();
   /// The model given to prepare (accelerate's unwrap_model): the holder
   /// itself, for saving or inspecting it without the prepared forward.
   template <typename M>

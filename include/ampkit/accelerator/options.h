@@ -20,6 +20,7 @@
 #include "ampkit/diag/profiler.h"
 #include "ampkit/dist/ddp.h"
 #include "ampkit/dist/env.h"
+#include "ampkit/dist/fsdp.h"
 #include "ampkit/dist/process_group.h"
 #include "ampkit/track/tracker.h"
 #include "ampkit/utils/env.h"
@@ -234,10 +235,20 @@ struct AcceleratorOptions {
   /// only this process's shard of the optimizer state (each process steps
   /// its shard, then the updated parameters are broadcast); 2 also
   /// reduce-scatters the gradients, so each process keeps only its shard's.
-  /// 0 (default): plain DDP. Stage 3 (parameter sharding) is refused.
+  /// 0 (default): plain DDP. 3 shards the parameters too: FSDP's
+  /// FULL_SHARD (see fsdp below; the whole model one unit unless fsdp or
+  /// the FSDP_* variables name units).
   /// Also from AMPKIT_ZERO_STAGE / ACCELERATE_DEEPSPEED_ZERO_STAGE, or a
   /// config's deepspeed_config zero_stage.
   TORCH_ARG(std::optional<int64_t>, zero_stage);
+  /// Fully sharded data parallel (accelerate's distributed_type FSDP with
+  /// its fsdp_config; DeepSpeed's zero_stage 3): every prepared model's
+  /// parameters, gradients and optimizer state sharded across the
+  /// processes, unit by unit (ampkit/dist/fsdp.h; the units' forward goes
+  /// through dist::fsdp_forward). Empty (default): DDP, or ZeRO 1/2. Also
+  /// from accelerate launch's ACCELERATE_USE_FSDP and FSDP_* variables, or a
+  /// config's distributed_type FSDP with fsdp_config.
+  TORCH_ARG(std::optional<dist::FsdpOptions>, fsdp);
   /// Clip each prepared optimizer's gradients to this global L2 norm before
   /// it steps, without a clip_grad_norm_ call (DeepSpeed's
   /// gradient_clipping). 0 (default): none. Also from
@@ -281,6 +292,7 @@ struct ResolvedAcceleratorOptions {
   dist::DistEnv dist;
   bool debug{};
   int64_t zero_stage{};
+  std::optional<dist::FsdpOptions> fsdp;
   double gradient_clipping{};
 #define AMPKIT_RESOLVED_OPTION(type, name, default_value) \
   type name = default_value;

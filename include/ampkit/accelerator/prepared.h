@@ -101,6 +101,12 @@ void after_forward(
     AcceleratorState& state,
     const torch::nn::Module& module,
     const std::vector<torch::Tensor>& outputs);
+/// Inside a catch of the prepared forward: rethrows with a hint
+/// (diag::rethrow_with_hint), or under FSDP, when some unit was not entered
+/// through dist::fsdp_forward, as a UsageError naming those units (their
+/// parameters hold no values outside it).
+[[noreturn]] void rethrow_forward_failure(
+    AcceleratorState& state, const torch::nn::Module& module);
 
 template <typename M>
 std::shared_ptr<torch::nn::Module> module_ptr(const M& model) {
@@ -162,7 +168,7 @@ class PreparedModel : public PreparedModelBase {
       detail::after_forward(*state_, *module_, collect_tensors(output));
       return output;
     } catch (...) {
-      diag::rethrow_with_hint();
+      detail::rethrow_forward_failure(*state_, *module_);
     }
   }
   auto operator->() {

@@ -29,8 +29,9 @@ struct Manifest {
   /// ZeRO: how a sharded optimizer's flattened parameters were split among
   /// the ranks, which must match to resume its shards.
   struct Partition {
-    int64_t zero_stage = 0;  ///< 0: not sharded
-    /// world_size + 1 offsets: rank r held [boundaries[r], boundaries[r+1]).
+    int64_t zero_stage = 0;  ///< 0: not sharded; 3: FSDP's shards
+    /// world_size + 1 offsets: rank r held [boundaries[r], boundaries[r+1])
+    /// (FSDP: 0, 1, ..., world_size, one shard file per process).
     std::vector<int64_t> boundaries;
   };
   /// One per prepared optimizer, in order; empty when none was sharded.

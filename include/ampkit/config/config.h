@@ -30,6 +30,10 @@ struct ConfigValues {
   /// config).
   std::optional<int64_t> zero_stage;
   std::optional<double> gradient_clipping;
+  /// A distributed_type FSDP config's fsdp_config, as the variables
+  /// accelerate launch sets for it (ACCELERATE_USE_FSDP, FSDP_*); empty
+  /// otherwise.
+  std::vector<std::pair<std::string, std::string>> fsdp_env;
 };
 
 }  // namespace ampkit
@@ -56,8 +60,8 @@ std::string config_path_to_read();
 /// in `passthrough` so that `ampkit config update` preserves them.
 struct LaunchConfig {
   std::string compute_environment = "LOCAL_MACHINE";
-  /// NO, MULTI_CPU, MULTI_GPU, or DEEPSPEED (several processes, CPU or GPU
-  /// by use_cpu, with ZeRO per deepspeed_config).
+  /// NO, MULTI_CPU, MULTI_GPU, DEEPSPEED (several processes, CPU or GPU
+  /// by use_cpu, with ZeRO per deepspeed_config) or FSDP (per fsdp_config).
   std::string distributed_type = "NO";
   Precision mixed_precision = Precision::no;
   int64_t num_processes = 1;
@@ -77,6 +81,10 @@ struct LaunchConfig {
   /// own ZeRO) and gradient_clipping (0: none).
   int64_t zero_stage = 0;
   double gradient_clipping = 0;
+  /// distributed_type FSDP: fsdp_config as accelerate launch's variables
+  /// (ACCELERATE_USE_FSDP=true, FSDP_SHARDING_STRATEGY, ...), which ampkit
+  /// launch passes to its workers.
+  std::vector<std::pair<std::string, std::string>> fsdp_env;
   /// Known accelerate keys ampkit does not act on, as key -> YAML text.
   std::vector<std::pair<std::string, std::string>> passthrough;
 };

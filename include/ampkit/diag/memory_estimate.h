@@ -25,7 +25,8 @@ namespace ampkit {
 /// partitions at parameter boundaries where it can, so a shard may be up to
 /// 5% larger). The weights stay whole on every process, and during backward
 /// each process still builds its full local gradients before the
-/// reduce-scatter.
+/// reduce-scatter. Stage 3 (FSDP FULL_SHARD) divides the weights and the
+/// fp32 gradients too (what a process holds between steps).
 struct MemoryEstimate {
   Precision precision = Precision::no;
   int64_t zero_stage = 0;
@@ -40,7 +41,7 @@ struct MemoryEstimate {
 };
 
 /// "adamw" or "sgd"; anything else is an ampkit::InvalidArgument, as are
-/// a zero_stage other than 0-2 and fewer than 1 process.
+/// a zero_stage other than 0-3 and fewer than 1 process.
 MemoryEstimate estimate_memory(
     int64_t parameters,
     const std::string& optimizer,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ampkit::dist {
@@ -27,6 +28,9 @@ struct LaunchOptions {
   bool debug = false;
   /// ZeRO stage for the workers (AMPKIT_ZERO_STAGE); -1: not set.
   int64_t zero_stage = -1;
+  /// accelerate launch's FSDP variables (ACCELERATE_USE_FSDP, FSDP_*), set
+  /// in every worker's environment.
+  std::vector<std::pair<std::string, std::string>> fsdp_env;
   /// Global gradient norm clip (AMPKIT_GRADIENT_CLIPPING); <= 0: not set.
   double gradient_clipping = 0;
   /// OMP_NUM_THREADS for each worker (accelerate's

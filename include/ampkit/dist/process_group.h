@@ -85,6 +85,9 @@ class ProcessGroup {
   void all_reduce(torch::Tensor& tensor, ReduceOp op);
   /// Every process's tensor, in rank order; the shapes must agree.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  /// Every process's `input` (the same length on each), in rank order, into
+  /// `output` (size() times as long, contiguous): a flat all-gather.
+  void all_gather_into(torch::Tensor& output, const torch::Tensor& input);
   /// In place: every process ends with `root`'s tensor.
   void broadcast(torch::Tensor& tensor, int64_t root = 0);
   /// Broadcasts many tensors from `root` in few messages (c10d's

@@ -1,0 +1,977 @@
+// FSDP: flat, sharded units driven by an autograd Function (see fsdp.h).
+#include "ampkit/dist/fsdp.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "amp/compat.h"
+#include "ampkit/error.h"
+#include "ampkit/utils/random.h"
+#include "ampkit/utils/warnings.h"
+#include "utils/components.h"
+
+namespace ampkit::dist {
+
+ShardingStrategy parse_sharding_strategy(const std::string& value) {
+  if (value == "FULL_SHARD" || value == "1") {
+    return ShardingStrategy::full_shard;
+  }
+  if (value == "SHARD_GRAD_OP" || value == "2") {
+    return ShardingStrategy::shard_grad_op;
+  }
+  if (value == "NO_SHARD" || value == "3") {
+    return ShardingStrategy::no_shard;
+  }
+  throw InvalidArgument(
+      component::kDistributed,
+      "fsdp_sharding_strategy: expected FULL_SHARD, SHARD_GRAD_OP or "
+      "NO_SHARD (or accelerate's 1, 2, 3), got '" +
+          value +
+          "'. HYBRID_SHARD and _HYBRID_SHARD_ZERO2 (sharding within a "
+          "machine, replicas across machines) are not built yet: use "
+          "FULL_SHARD across every process.");
+}
+
+std::string to_string(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::full_shard:
+      return "FULL_SHARD";
+    case ShardingStrategy::shard_grad_op:
+      return "SHARD_GRAD_OP";
+    case ShardingStrategy::no_shard:
+      return "NO_SHARD";
+  }
+  return "?";
+}
+
+namespace detail {
+
+/// One flat buffer: parameters of one unit that share a dtype, whether
+/// they train, and (after take_over) an optimizer param group.
+struct FlatParam {
+  std::vector<std::string> names;     // full names in the model
+  std::vector<torch::Tensor> params;  // the model's own tensors
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> numels;
+  std::vector<std::vector<int64_t>> shapes;
+  int64_t total = 0;       // elements, unpadded
+  int64_t shard_size = 0;  // elements per process
+  torch::Tensor shard;     // leaf, what the optimizer steps
+  torch::Tensor full;      // gathered; its memory is released when freed
+  torch::Tensor empty;     // what the parameters hold when freed
+  // The full gradients of accumulation micro-steps that do not
+  // synchronise, summed locally until the one that does (as DDP's no_sync
+  // sums them in .grad); undefined otherwise.
+  torch::Tensor pending;
+  bool gathered = false;
+};
+
+struct FsdpUnit {
+  FullyShardedModel::Impl* owner = nullptr;
+  std::string name;  // module path, "" for the root
+  const torch::nn::Module* module = nullptr;
+  std::vector<FlatParam> flats;
+  bool entered = false;   // through fsdp_forward since before_forward
+  int64_t forwards = 0;   // with gradients, since the last after_backward
+  int64_t backwards = 0;  // since the last after_backward
+  bool trainable() const {
+    for (const auto& f : flats) {
+      if (f.shard.requires_grad()) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+}  // namespace detail
+
+using detail::FlatParam;
+using detail::FsdpUnit;
+
+struct FullyShardedModel::Impl {
+  std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<ProcessGroup> group;
+  FsdpOptions options;
+  int64_t rank = 0;
+  int64_t world = 1;
+  std::vector<std::shared_ptr<FsdpUnit>> units;  // root first
+  std::vector<torch::Tensor> shards;
+  int64_t gathered_bytes = 0;
+  int64_t peak_gathered_bytes = 0;
+  bool summoned = false;  // gather_all until release_all: nothing freed
+  bool sync = true;       // the current micro-step's backward reduces
+  std::vector<torch::Tensor> optimizer_params;  // take_over's, in order
+
+  bool sharded() const {
+    return options.strategy() != ShardingStrategy::no_shard;
+  }
+  int64_t parts() const {
+    return sharded() ? world : 1;
+  }
+  /// A flat buffer of `params` holding `values` (full, the same on every
+  /// process), sharded.
+  FlatParam make_flat(
+      const std::vector<std::string>& names,
+      const std::vector<torch::Tensor>& params,
+      const std::vector<torch::Tensor>& values);
+  void gather(FsdpUnit& u);
+  void gather(FlatParam& f);
+  /// The shards of every process into f.full (allocated).
+  void fill(FlatParam& f);
+  void release(FsdpUnit& u);
+  void release(FlatParam& f);
+  /// Reduce-scatters `grads` (one per parameter of f, undefined for none)
+  /// into f's shard gradient.
+  void reduce(FlatParam& f, const std::vector<torch::Tensor>& grads);
+  void reduce(FsdpUnit& u);  // from the parameters' .grad()
+  void collect_shards();
+};
+
+namespace {
+
+// Which module each live unit is, for fsdp_forward.
+std::mutex registry_mutex;
+std::unordered_map<const torch::nn::Module*, std::weak_ptr<FsdpUnit>>&
+registry() {
+  static std::unordered_map<const torch::nn::Module*, std::weak_ptr<FsdpUnit>>
+      map;
+  return map;
+}
+
+// "BlockImpl" and "ns::BlockImpl" match "Block" (TORCH_MODULE's holder
+// name), as accelerate matches class names.
+bool type_matches(std::string type, const std::vector<std::string>& names) {
+  const auto colon = type.rfind("::");
+  if (colon != std::string::npos) {
+    type = type.substr(colon + 2);
+  }
+  std::string bare = type;
+  if (bare.size() > 4 && bare.compare(bare.size() - 4, 4, "Impl") == 0) {
+    bare = bare.substr(0, bare.size() - 4);
+  }
+  return std::find(names.begin(), names.end(), type) != names.end() ||
+         std::find(names.begin(), names.end(), bare) != names.end();
+}
+
+void set_storage(torch::Tensor& t, bool allocate) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (allocate) {
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    s->set_data_ptr(s->allocator()->allocate(bytes));
+    s->set_nbytes(bytes);
+  } else {
+    s->set_data_ptr(at::DataPtr(nullptr, t.device()));
+    s->set_nbytes(0);
+  }
+}
+
+// One call of a unit, kept by its autograd node.
+struct UnitCall : torch::CustomClassHolder {
+  std::shared_ptr<FsdpUnit> unit;
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> forward;
+  std::vector<torch::Tensor> inputs;  // detached, requiring grad as given
+  torch::Tensor output;               // with the unit's graph (no recompute)
+  // Activation checkpointing: what the recompute must see again.
+  std::optional<RngState> rng;
+  std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>> autocast;
+};
+
+std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>>
+autocast_state() {
+  std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>> out;
+  for (auto d : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+    out.emplace_back(
+        d,
+        ampkit::detail::autocast_is_enabled(d),
+        ampkit::detail::autocast_get_dtype(d));
+  }
+  return out;
+}
+void set_autocast_state(
+    const std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>>& s) {
+  for (const auto& [d, on, dtype] : s) {
+    ampkit::detail::autocast_set_enabled(d, on);
+    ampkit::detail::autocast_set_dtype(d, dtype);
+  }
+}
+
+struct UnitFunction : torch::autograd::Function<UnitFunction> {
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx,
+      c10::intrusive_ptr<UnitCall> call,
+      const torch::Tensor& /*shard: puts the node in every graph*/,
+      at::TensorList inputs) {
+    FsdpUnit& u = *call->unit;
+    auto& m = *u.owner;
+    m.gather(u);
+    for (const auto& x : inputs) {
+      torch::Tensor d = x.detach();
+      if (x.requires_grad()) {
+        d.requires_grad_(true);
+      }
+      call->inputs.push_back(d);
+    }
+    torch::Tensor out;
+    if (m.options.activation_checkpointing()) {
+      call->rng = get_rng_state();
+      call->autocast = autocast_state();
+      out = call->forward(call->inputs);  // no graph: recomputed in backward
+    } else {
+      torch::AutoGradMode grad(true);
+      call->output = call->forward(call->inputs);
+      out = call->output.detach();
+    }
+    if (m.options.strategy() == ShardingStrategy::full_shard) {
+      m.release(u);
+    }
+    ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+    return {out};
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad_outputs) {
+    auto call = c10::static_intrusive_pointer_cast<UnitCall>(
+        ctx->saved_data["call"].toCapsule());
+    FsdpUnit& u = *call->unit;
+    auto& m = *u.owner;
+    m.gather(u);
+    torch::Tensor out = call->output;
+    if (call->rng) {
+      // Recompute with the random and autocast state of the first run.
+      const RngState now = get_rng_state();
+      const auto autocast_now = autocast_state();
+      set_rng_state(*call->rng);
+      set_autocast_state(call->autocast);
+      {
+        torch::AutoGradMode grad(true);
+        out = call->forward(call->inputs);
+      }
+      set_rng_state(now);
+      set_autocast_state(autocast_now);
+    }
+    std::vector<torch::Tensor> wrt;
+    std::vector<size_t> input_slot;
+    for (size_t i = 0; i < call->inputs.size(); ++i) {
+      if (call->inputs[i].requires_grad()) {
+        wrt.push_back(call->inputs[i]);
+        input_slot.push_back(i);
+      }
+    }
+    // Each flat buffer's parameters that train, in order.
+    for (const auto& f : u.flats) {
+      if (f.shard.requires_grad()) {
+        wrt.insert(wrt.end(), f.params.begin(), f.params.end());
+      }
+    }
+    std::vector<torch::Tensor> grads;
+    if (out.requires_grad() && !wrt.empty()) {
+      torch::Tensor g =
+          grad_outputs[0].defined() ? grad_outputs[0] : torch::zeros_like(out);
+      grads = torch::autograd::grad(
+          {out},
+          wrt,
+          {g},
+          /*retain_graph=*/false,
+          /*create_graph=*/false,
+          /*allow_unused=*/true);
+    } else {
+      grads.resize(wrt.size());
+    }
+    {
+      torch::NoGradGuard no_grad;
+      size_t next = input_slot.size();
+      for (auto& f : u.flats) {
+        if (!f.shard.requires_grad()) {
+          continue;
+        }
+        std::vector<torch::Tensor> flat_grads(
+            grads.begin() + static_cast<std::ptrdiff_t>(next),
+            grads.begin() +
+                static_cast<std::ptrdiff_t>(next + f.params.size()));
+        next += f.params.size();
+        m.reduce(f, flat_grads);
+      }
+    }
+    if (m.sharded()) {
+      m.release(u);
+    }
+    ++u.backwards;
+    torch::autograd::variable_list result(2 + call->inputs.size());
+    for (size_t k = 0; k < input_slot.size(); ++k) {
+      result[2 + input_slot[k]] = grads[k];
+    }
+    call->output = torch::Tensor();
+    call->inputs.clear();
+    return result;
+  }
+};
+
+}  // namespace
+
+FlatParam FullyShardedModel::Impl::make_flat(
+    const std::vector<std::string>& names,
+    const std::vector<torch::Tensor>& params,
+    const std::vector<torch::Tensor>& values) {
+  FlatParam f;
+  f.names = names;
+  f.params = params;
+  for (const auto& v : values) {
+    f.offsets.push_back(f.total);
+    f.numels.push_back(v.numel());
+    f.shapes.push_back(v.sizes().vec());
+    f.total += v.numel();
+  }
+  const auto options = values.front().options().requires_grad(false);
+  f.shard_size = (f.total + parts() - 1) / parts();
+  const int64_t padded = f.shard_size * parts();
+  torch::Tensor flat = torch::zeros({padded}, options);
+  for (size_t i = 0; i < params.size(); ++i) {
+    flat.narrow(0, f.offsets[i], f.numels[i]).copy_(values[i].reshape({-1}));
+  }
+  const int64_t begin = sharded() ? rank * f.shard_size : 0;
+  f.shard = flat.narrow(0, begin, f.shard_size).clone();
+  f.shard.set_requires_grad(params.front().requires_grad());
+  f.empty = torch::empty({0}, options);
+  if (sharded()) {
+    f.full = torch::empty({padded}, options);
+    set_storage(f.full, false);
+    for (auto& p : f.params) {
+      p.set_data(f.empty);
+    }
+  } else {
+    // Nothing sharded: the parameters are views of the shard itself.
+    f.full = f.shard.detach();
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      f.params[i].set_data(
+          f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+    }
+    f.gathered = true;
+  }
+  return f;
+}
+
+void FullyShardedModel::Impl::fill(FlatParam& f) {
+  torch::NoGradGuard no_grad;
+  if (!sharded()) {
+    return;  // the parameters are the shard
+  }
+  if (world == 1) {
+    f.full.copy_(f.shard.detach());
+  } else {
+    group->all_gather_into(f.full, f.shard.detach());
+  }
+}
+
+void FullyShardedModel::Impl::gather(FlatParam& f) {
+  if (f.gathered) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  set_storage(f.full, true);
+  fill(f);
+  for (size_t i = 0; i < f.params.size(); ++i) {
+    f.params[i].set_data(
+        f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+  }
+  f.gathered = true;
+  gathered_bytes += f.full.numel() * f.full.element_size();
+  peak_gathered_bytes = std::max(peak_gathered_bytes, gathered_bytes);
+}
+
+void FullyShardedModel::Impl::gather(FsdpUnit& u) {
+  for (auto& f : u.flats) {
+    gather(f);
+  }
+}
+
+void FullyShardedModel::Impl::release(FlatParam& f) {
+  if (!f.gathered || !sharded() || summoned) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : f.params) {
+    p.set_data(f.empty);
+  }
+  set_storage(f.full, false);
+  f.gathered = false;
+  gathered_bytes -= f.full.numel() * f.full.element_size();
+}
+
+void FullyShardedModel::Impl::release(FsdpUnit& u) {
+  for (auto& f : u.flats) {
+    release(f);
+  }
+}
+
+void FullyShardedModel::Impl::reduce(
+    FlatParam& f, const std::vector<torch::Tensor>& grads) {
+  torch::Tensor flat =
+      torch::zeros({f.shard_size * parts()}, f.shard.options());
+  for (size_t i = 0; i < f.params.size(); ++i) {
+    if (grads[i].defined()) {
+      flat.narrow(0, f.offsets[i], f.numels[i]).copy_(grads[i].reshape({-1}));
+    }
+  }
+  if (f.pending.defined()) {
+    // Earlier micro-steps first, as .grad accumulates.
+    flat = f.pending.add_(flat);
+    f.pending = torch::Tensor();
+  }
+  if (!sync) {
+    f.pending = flat;
+    return;
+  }
+  torch::Tensor part;
+  if (world == 1) {
+    part = flat;
+  } else if (!sharded()) {
+    flat.mul_(1.0 / static_cast<double>(world));
+    group->all_reduce(flat, ReduceOp::sum);
+    part = flat;
+  } else {
+    // DDP's order (c10d's Reducer): multiply by 1 / the process count,
+    // then sum.
+    flat.mul_(1.0 / static_cast<double>(world));
+    std::vector<int64_t> bounds;
+    for (int64_t r = 0; r <= world; ++r) {
+      bounds.push_back(r * f.shard_size);
+    }
+    part = torch::empty({f.shard_size}, f.shard.options());
+    group->reduce_scatter(part, flat, bounds);
+  }
+  torch::Tensor& g = f.shard.mutable_grad();
+  if (g.defined()) {
+    g.add_(part);
+  } else {
+    g = part;
+  }
+}
+
+void FullyShardedModel::Impl::reduce(FsdpUnit& u) {
+  torch::NoGradGuard no_grad;
+  for (auto& f : u.flats) {
+    if (!f.shard.requires_grad()) {
+      continue;
+    }
+    std::vector<torch::Tensor> grads;
+    for (auto& p : f.params) {
+      grads.push_back(p.grad());
+    }
+    reduce(f, grads);
+    for (auto& p : f.params) {
+      p.mutable_grad() = torch::Tensor();
+    }
+  }
+}
+
+void FullyShardedModel::Impl::collect_shards() {
+  shards.clear();
+  for (const auto& u : units) {
+    for (const auto& f : u->flats) {
+      shards.push_back(f.shard);
+    }
+  }
+}
+
+std::shared_ptr<FsdpUnit> detail::fsdp_unit_of(
+    const torch::nn::Module& module) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& map = registry();
+  auto it = map.find(&module);
+  if (it == map.end()) {
+    return nullptr;
+  }
+  return it->second.lock();
+}
+
+torch::Tensor detail::fsdp_run(
+    const std::shared_ptr<FsdpUnit>& unit,
+    std::vector<torch::Tensor> inputs,
+    std::function<torch::Tensor(const std::vector<torch::Tensor>&)> forward) {
+  FsdpUnit& u = *unit;
+  auto& m = *u.owner;
+  u.entered = true;
+  if (!torch::GradMode::is_enabled()) {
+    m.gather(u);
+    torch::Tensor out = forward(inputs);
+    m.release(u);
+    return out;
+  }
+  ++u.forwards;
+  auto call = c10::make_intrusive<UnitCall>();
+  call->unit = unit;
+  call->forward = std::move(forward);
+  // A shard that trains puts the node in the graph even when no input
+  // requires a gradient (the first unit after the data).
+  torch::Tensor anchor;
+  for (const auto& f : u.flats) {
+    if (f.shard.requires_grad()) {
+      anchor = f.shard;
+      break;
+    }
+  }
+  auto outputs = UnitFunction::apply(call, anchor, at::TensorList(inputs));
+  return outputs[0];
+}
+
+FullyShardedModel::FullyShardedModel(
+    std::shared_ptr<torch::nn::Module> model,
+    std::shared_ptr<ProcessGroup> group,
+    FsdpOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  im.model = std::move(model);
+  im.group = std::move(group);
+  im.options = std::move(options);
+  if (im.group) {
+    im.rank = im.group->rank();
+    im.world = im.group->size();
+  }
+  const auto& o = im.options;
+  if (!o.wrap_types().empty() && o.min_num_params() > 0) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "FSDP: wrap by type (fsdp_transformer_layer_cls_to_wrap) and by size "
+        "(fsdp_min_num_params) are both set; choose one auto-wrap policy.");
+  }
+
+  // Units: the modules the policy picks (never nested: a module inside a
+  // unit is part of it), then the root with what is left.
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>
+      picked;
+  if (!o.wrap_types().empty()) {
+    std::function<void(const std::string&, torch::nn::Module&)> walk =
+        [&](const std::string& path, torch::nn::Module& mod) {
+          for (const auto& child : mod.named_children()) {
+            const std::string sub =
+                path.empty() ? child.key() : path + "." + child.key();
+            if (type_matches(child.value()->name(), o.wrap_types())) {
+              picked.emplace_back(sub, child.value());
+            } else {
+              walk(sub, *child.value());
+            }
+          }
+        };
+    walk("", *im.model);
+    if (picked.empty()) {
+      std::string types;
+      for (const auto& t : o.wrap_types()) {
+        types += (types.empty() ? "" : ", ") + t;
+      }
+      throw InvalidArgument(
+          component::kDistributed,
+          "FSDP: no module of the model is of a type to wrap (" + types +
+              "; fsdp_transformer_layer_cls_to_wrap). Name the type of the "
+              "model's repeated blocks, as TORCH_MODULE names it (Block for "
+              "BlockImpl).");
+    }
+  } else if (o.min_num_params() > 0) {
+    // accelerate's size_based_auto_wrap_policy: deepest first, a module
+    // whose parameters not yet in a unit reach the threshold is one.
+    std::function<int64_t(
+        const std::string&, const std::shared_ptr<torch::nn::Module>&, bool)>
+        walk = [&](const std::string& path,
+                   const std::shared_ptr<torch::nn::Module>& mod,
+                   bool root) -> int64_t {
+      int64_t left = 0;
+      for (const auto& p : mod->parameters(/*recurse=*/false)) {
+        left += p.numel();
+      }
+      for (const auto& child : mod->named_children()) {
+        const std::string sub =
+            path.empty() ? child.key() : path + "." + child.key();
+        left += walk(sub, child.value(), false);
+      }
+      if (!root && left >= o.min_num_params()) {
+        // A unit inside would nest: only leaf-most picks are kept.
+        bool has_unit_below = false;
+        for (const auto& p : picked) {
+          if (p.first.rfind(path + ".", 0) == 0) {
+            has_unit_below = true;
+          }
+        }
+        if (!has_unit_below) {
+          picked.emplace_back(path, mod);
+          return 0;
+        }
+      }
+      return left;
+    };
+    walk("", im.model, true);
+  }
+
+  // Parameter names (deduplicated by tensor, as named_parameters does).
+  std::unordered_map<const void*, std::string> name_of;
+  for (const auto& item : im.model->named_parameters()) {
+    name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  }
+  // Parameters shared between a unit and anything outside it cannot be in
+  // two flat buffers.
+  std::unordered_map<const void*, std::string> owner_unit;
+  for (const auto& [path, mod] : picked) {
+    for (const auto& p : mod->parameters()) {
+      owner_unit.emplace(p.unsafeGetTensorImpl(), path);
+    }
+  }
+  for (const auto& item : im.model->named_modules()) {
+    const std::string& path = item.key();
+    bool inside = false;
+    for (const auto& pk : picked) {
+      if (path == pk.first || path.rfind(pk.first + ".", 0) == 0) {
+        inside = true;
+      }
+    }
+    if (inside) {
+      continue;
+    }
+    for (const auto& p : item.value()->parameters(/*recurse=*/false)) {
+      auto it = owner_unit.find(p.unsafeGetTensorImpl());
+      if (it != owner_unit.end()) {
+        throw UsageError(
+            component::kDistributed,
+            "FSDP: parameter " + name_of[p.unsafeGetTensorImpl()] +
+                " is used by unit '" + it->second +
+                "' and outside it. A shared (tied) parameter must live in "
+                "one unit: wrap the modules that share it together, or "
+                "leave them to the root.");
+      }
+    }
+  }
+  // Each unit's parameters, in the model's order, split into flat buffers
+  // by dtype and by whether they train.
+  std::vector<std::pair<std::string, torch::nn::Module*>> unit_list{
+      {"", nullptr}};
+  for (const auto& [path, mod] : picked) {
+    unit_list.emplace_back(path, mod.get());
+  }
+  std::unordered_map<std::string, size_t> unit_index;
+  for (size_t k = 0; k < unit_list.size(); ++k) {
+    unit_index[unit_list[k].first] = k;
+  }
+  using Key = std::pair<c10::ScalarType, bool>;
+  std::vector<std::vector<std::pair<Key, std::vector<torch::Tensor>>>> split(
+      unit_list.size());
+  for (const auto& item : im.model->named_parameters()) {
+    const auto& p = item.value();
+    auto owner = owner_unit.find(p.unsafeGetTensorImpl());
+    const size_t k = owner == owner_unit.end() ? 0 : unit_index[owner->second];
+    const Key key{p.scalar_type(), p.requires_grad()};
+    auto& groups = split[k];
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+      return g.first == key;
+    });
+    if (it == groups.end()) {
+      groups.emplace_back(key, std::vector<torch::Tensor>{});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(p);
+  }
+
+  // Flatten, start from process 0's values, keep this process's shard.
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < unit_list.size(); ++k) {
+    auto u = std::make_shared<FsdpUnit>();
+    u->owner = &im;
+    u->name = unit_list[k].first;
+    u->module = unit_list[k].second;
+    for (auto& [key, params] : split[k]) {
+      std::vector<std::string> names;
+      std::vector<torch::Tensor> values;
+      int64_t total = 0;
+      for (const auto& p : params) {
+        names.push_back(name_of[p.unsafeGetTensorImpl()]);
+        total += p.numel();
+      }
+      // One broadcast of the unit's values from process 0.
+      torch::Tensor flat =
+          torch::empty({total}, params.front().options().requires_grad(false));
+      int64_t offset = 0;
+      for (const auto& p : params) {
+        flat.narrow(0, offset, p.numel()).copy_(p.detach().reshape({-1}));
+        values.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+        offset += p.numel();
+      }
+      if (im.world > 1) {
+        im.group->broadcast(flat, 0);
+      }
+      u->flats.push_back(im.make_flat(names, params, values));
+    }
+    im.units.push_back(u);
+  }
+  im.collect_shards();
+  if (im.world > 1) {
+    auto buffers = im.model->buffers();
+    if (!buffers.empty()) {
+      im.group->broadcast_coalesced(buffers, 0);
+    }
+  }
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (size_t i = 1; i < im.units.size(); ++i) {
+    registry()[im.units[i]->module] = im.units[i];
+  }
+}
+
+FullyShardedModel::~FullyShardedModel() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (size_t i = 1; i < impl_->units.size(); ++i) {
+    registry().erase(impl_->units[i]->module);
+  }
+}
+
+void FullyShardedModel::take_over(torch::optim::Optimizer& optimizer) {
+  auto& im = *impl_;
+  if (!optimizer.state().empty()) {
+    throw UsageError(
+        component::kDistributed,
+        "FSDP: the optimizer has state already (it stepped); prepare it "
+        "before its first step, so that its state is made for the shards.");
+  }
+  // Each parameter's group.
+  std::unordered_map<const void*, size_t> group_of;
+  auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g].params()) {
+      im.optimizer_params.push_back(p);
+      if (!group_of.emplace(p.unsafeGetTensorImpl(), g).second) {
+        throw UsageError(
+            component::kDistributed,
+            "FSDP: a parameter appears twice in the optimizer's "
+            "param_groups; list each once.");
+      }
+    }
+  }
+  std::unordered_set<const void*> ours;
+  for (const auto& u : im.units) {
+    for (const auto& f : u->flats) {
+      for (const auto& p : f.params) {
+        ours.insert(p.unsafeGetTensorImpl());
+      }
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g].params()) {
+      if (ours.count(p.unsafeGetTensorImpl()) == 0) {
+        throw UsageError(
+            component::kDistributed,
+            "FSDP: param_groups[" + std::to_string(g) +
+                "] holds a tensor that is not a parameter of the sharded "
+                "model. Build the optimizer from the model's parameters, "
+                "then prepare both.");
+      }
+    }
+  }
+  // Flat buffers whose parameters are in several groups are split by
+  // group, from their full values (gathered once, here, before training).
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> shards_of(groups.size());
+  for (auto& u : im.units) {
+    std::vector<FlatParam> flats;
+    for (auto& f : u->flats) {
+      constexpr size_t kNone = static_cast<size_t>(-1);
+      std::vector<size_t> gi;
+      for (const auto& p : f.params) {
+        auto it = group_of.find(p.unsafeGetTensorImpl());
+        gi.push_back(it == group_of.end() ? kNone : it->second);
+      }
+      std::vector<size_t> order;  // the groups in the order met
+      for (size_t g : gi) {
+        if (std::find(order.begin(), order.end(), g) == order.end()) {
+          order.push_back(g);
+        }
+      }
+      if (order.size() == 1) {
+        if (order[0] != kNone) {
+          shards_of[order[0]].push_back(f.shard);
+        }
+        flats.push_back(std::move(f));
+        continue;
+      }
+      im.gather(f);
+      std::vector<torch::Tensor> values;
+      for (const auto& p : f.params) {
+        values.push_back(p.detach().clone());
+      }
+      im.release(f);
+      for (size_t g : order) {
+        std::vector<std::string> names;
+        std::vector<torch::Tensor> params, vals;
+        for (size_t i = 0; i < f.params.size(); ++i) {
+          if (gi[i] == g) {
+            names.push_back(f.names[i]);
+            params.push_back(f.params[i]);
+            vals.push_back(values[i]);
+          }
+        }
+        flats.push_back(im.make_flat(names, params, vals));
+        if (g != kNone) {
+          shards_of[g].push_back(flats.back().shard);
+        }
+      }
+    }
+    u->flats = std::move(flats);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].params() = shards_of[g];
+  }
+  im.collect_shards();
+}
+
+void FullyShardedModel::before_forward(bool sync) {
+  auto& im = *impl_;
+  im.sync = sync;
+  for (auto& u : im.units) {
+    u->entered = false;
+  }
+  im.gather(*im.units[0]);
+}
+
+std::vector<std::string> FullyShardedModel::units_not_entered() const {
+  std::vector<std::string> out;
+  for (size_t k = 1; k < impl_->units.size(); ++k) {
+    const auto& u = *impl_->units[k];
+    if (!u.entered) {
+      out.push_back(u.name + " (" + u.module->name() + ")");
+    }
+  }
+  return out;
+}
+
+void FullyShardedModel::after_forward_without_grad() {
+  auto& im = *impl_;
+  im.release(*im.units[0]);
+}
+
+void FullyShardedModel::after_backward() {
+  auto& im = *impl_;
+  FsdpUnit& root = *im.units[0];
+  if (!im.sync) {
+    // An accumulation micro-step: the root's gradients stay in .grad (the
+    // next backward adds to them), so its parameters stay gathered.
+    return;
+  }
+  im.reduce(root);
+  im.release(root);
+  std::string missing;
+  for (size_t k = 1; k < im.units.size(); ++k) {
+    auto& u = *im.units[k];
+    if (u.trainable() && u.backwards < u.forwards) {
+      missing += (missing.empty() ? "" : ", ") + u.name;
+    }
+    u.forwards = 0;
+    u.backwards = 0;
+  }
+  if (!missing.empty()) {
+    // Not an error: an evaluation forward without NoGradGuard leaves the
+    // same trace. The units keep their shards' gradients as they were.
+    warn(
+        component::kDistributed,
+        "FSDP: unit(s) " + missing +
+            " ran a forward with gradients whose backward did not run by "
+            "the end of this backward, so those gradients were not reduced: "
+            "a unit's output must lead to the loss (evaluate under "
+            "torch::NoGradGuard).");
+  }
+}
+
+const std::vector<torch::Tensor>& FullyShardedModel::shards() const {
+  return impl_->shards;
+}
+
+std::vector<std::string> FullyShardedModel::unit_names() const {
+  std::vector<std::string> out;
+  for (const auto& u : impl_->units) {
+    out.push_back(u->name);
+  }
+  return out;
+}
+
+int64_t FullyShardedModel::held_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& u : impl_->units) {
+    for (const auto& f : u->flats) {
+      bytes += f.shard.numel() * f.shard.element_size();
+      if (f.shard.grad().defined()) {
+        bytes += f.shard.grad().numel() * f.shard.grad().element_size();
+      }
+      if (f.gathered && impl_->sharded()) {
+        bytes += f.full.numel() * f.full.element_size();
+      }
+      if (f.pending.defined()) {
+        bytes += f.pending.numel() * f.pending.element_size();
+      }
+    }
+  }
+  return bytes;
+}
+
+int64_t FullyShardedModel::take_peak_gathered_bytes() {
+  const int64_t peak = impl_->peak_gathered_bytes;
+  impl_->peak_gathered_bytes = impl_->gathered_bytes;
+  return peak;
+}
+
+void FullyShardedModel::for_each_full_gradient(
+    const std::function<void(const torch::Tensor&, const torch::Tensor&)>& fn) {
+  auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  for (auto& u : im.units) {
+    for (auto& f : u->flats) {
+      const torch::Tensor& g = f.shard.grad();
+      if (!f.shard.requires_grad() || !g.defined()) {
+        continue;
+      }
+      torch::Tensor full = g;
+      if (im.sharded() && im.world > 1) {
+        full = torch::empty({f.shard_size * im.world}, g.options());
+        im.group->all_gather_into(full, g);
+      }
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        fn(f.params[i],
+           full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+      }
+    }
+  }
+}
+
+const std::vector<torch::Tensor>& FullyShardedModel::optimizer_parameters()
+    const {
+  return impl_->optimizer_params;
+}
+
+void FullyShardedModel::gather_all() {
+  for (auto& u : impl_->units) {
+    impl_->gather(*u);
+  }
+  impl_->summoned = true;
+}
+
+void FullyShardedModel::release_all(bool keep_values) {
+  auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  im.summoned = false;
+  for (auto& u : im.units) {
+    for (auto& f : u->flats) {
+      if (keep_values && f.gathered && im.sharded()) {
+        const int64_t begin = im.rank * f.shard_size;
+        f.shard.detach().copy_(f.full.narrow(0, begin, f.shard_size));
+      }
+      im.release(f);
+    }
+  }
+}
+
+const FsdpOptions& FullyShardedModel::options() const {
+  return impl_->options;
+}
+
+}  // namespace ampkit::dist

@@ -1,0 +1,349 @@
+// FSDP in one process: units, training equal to the plain model's,
+// activation checkpointing, freed parameters, checkpoints and refusals.
+// Several processes: tests/dist (FsdpTest there) and examples/gpt.
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ampkit/accelerator/accelerator.h"
+#include "ampkit/dist/fsdp.h"
+#include "ampkit/error.h"
+#include "test_util.h"
+
+namespace ampkit::fsdp_test {
+
+// A residual block: a unit under FSDP.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(int64_t d, double dropout)
+      : fc1(register_module("fc1", torch::nn::Linear(d, 2 * d))),
+        fc2(register_module("fc2", torch::nn::Linear(2 * d, d))),
+        drop(register_module("drop", torch::nn::Dropout(dropout))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x + fc2(drop(torch::tanh(fc1(x))));
+  }
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+  torch::nn::Dropout drop;
+};
+TORCH_MODULE(Block);
+
+// in -> two blocks -> out; `in` and `out` are the root's.
+struct TowerImpl : torch::nn::Module {
+  explicit TowerImpl(double dropout)
+      : in(register_module("in", torch::nn::Linear(6, 8))),
+        b0(register_module("b0", Block(8, dropout))),
+        b1(register_module("b1", Block(8, dropout))),
+        out(register_module("out", torch::nn::Linear(8, 1))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = in(x);
+    h = dist::fsdp_forward(b0, h);   // a holder
+    h = dist::fsdp_forward(*b1, h);  // an Impl
+    return out(h);
+  }
+  torch::nn::Linear in;
+  Block b0;
+  Block b1;
+  torch::nn::Linear out;
+};
+TORCH_MODULE(Tower);
+
+Tower make_tower(uint64_t seed, double dropout = 0.0) {
+  torch::manual_seed(seed);
+  return Tower(dropout);
+}
+
+AcceleratorOptions quiet() {
+  return AcceleratorOptions().quiet(true);
+}
+
+// Sets an environment variable for a scope, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+    }
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+void expect_close_to(
+    const std::vector<torch::Tensor>& want,
+    const std::vector<torch::Tensor>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(got[i], want[i], 0, 1e-6))
+        << "parameter " << i << " differs by "
+        << (got[i] - want[i]).abs().max().item<double>();
+  }
+}
+
+dist::FsdpOptions blocks(dist::ShardingStrategy s) {
+  return dist::FsdpOptions().strategy(s).wrap_types({"Block"});
+}
+
+std::vector<torch::Tensor> weights(Tower& t) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : t->parameters()) {
+    out.push_back(p.detach().clone());
+  }
+  return out;
+}
+
+// AdamW with weight decay on matrices only (two groups, as GPT trains),
+// gradient accumulation 2 and clipping: the same weights as without FSDP.
+std::vector<torch::Tensor> train(std::optional<dist::FsdpOptions> fsdp) {
+  auto options = quiet().gradient_accumulation_steps(2);
+  if (fsdp) {
+    options.fsdp(*fsdp);
+  }
+  Accelerator accelerator(options);
+  Tower net = make_tower(7);
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : net->parameters()) {
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(
+      decay,
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+  groups.emplace_back(
+      no_decay,
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-2).weight_decay(0.0)));
+  torch::optim::AdamW adamw(std::move(groups));
+  auto [model, optimizer] = accelerator.prepare(net, adamw);
+  for (int step = 0; step < 20; ++step) {
+    torch::manual_seed(100 + step);
+    auto x = torch::randn({8, 6});
+    auto scope = accelerator.accumulate(model);
+    accelerator.backward(model(x).square().mean());
+    if (accelerator.sync_gradients()) {
+      accelerator.clip_grad_norm_(net->parameters(), 0.05);
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  const auto full = accelerator.summon_full_params();
+  return weights(net);
+}
+
+TEST(FsdpTest, OneProcessTrainsLikeThePlainModel) {
+  const auto plain = train(std::nullopt);
+  for (auto s :
+       {dist::ShardingStrategy::full_shard,
+        dist::ShardingStrategy::shard_grad_op,
+        dist::ShardingStrategy::no_shard}) {
+    SCOPED_TRACE(dist::to_string(s));
+    expect_close_to(plain, train(blocks(s)));
+  }
+  // One unit (no wrap policy) and units by size (the blocks: 280
+  // parameters each, their Linears 144 and 136) train the same too.
+  expect_close_to(plain, train(dist::FsdpOptions()));
+  expect_close_to(plain, train(dist::FsdpOptions().min_num_params(200)));
+}
+
+// The recompute sees the random state of the first run: dropout masks,
+// and so the gradients, are bit-identical.
+TEST(FsdpTest, ActivationCheckpointingGivesBitIdenticalGradients) {
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (bool checkpointing : {false, true}) {
+    Tower net = make_tower(3, /*dropout=*/0.3);
+    dist::FullyShardedModel fsdp(
+        net.ptr(),
+        nullptr,
+        blocks(dist::ShardingStrategy::full_shard)
+            .activation_checkpointing(checkpointing));
+    torch::manual_seed(11);
+    auto x = torch::randn({16, 6});
+    fsdp.before_forward();
+    auto loss = net(x).square().mean();
+    loss.backward();
+    fsdp.after_backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& s : fsdp.shards()) {
+      g.push_back(s.grad().clone());
+    }
+    g.push_back(torch::randn({4}));  // the random state after backward
+    grads.push_back(g);
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "shard " << i;
+  }
+}
+
+// FULL_SHARD: between uses a unit's parameters hold nothing; inside a
+// summon_full_params scope every one holds its value.
+TEST(FsdpTest, ParametersAreFreedBetweenUses) {
+  Tower net = make_tower(5);
+  const auto before = weights(net);
+  int64_t total = 0;
+  for (const auto& p : before) {
+    total += p.numel();
+  }
+  dist::FullyShardedModel fsdp(
+      net.ptr(), nullptr, blocks(dist::ShardingStrategy::full_shard));
+  EXPECT_EQ(fsdp.unit_names(), (std::vector<std::string>{"", "b0", "b1"}));
+  for (const auto& p : net->parameters()) {
+    EXPECT_EQ(p.numel(), 0);
+  }
+  int64_t held = 0;
+  for (const auto& s : fsdp.shards()) {
+    held += s.numel();
+  }
+  EXPECT_EQ(held, total);  // one process holds every shard
+  EXPECT_EQ(fsdp.held_bytes(), total * 4);
+  fsdp.gather_all();
+  const auto during = weights(net);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(torch::equal(before[i], during[i]));
+  }
+  EXPECT_EQ(fsdp.held_bytes(), 2 * total * 4);
+  fsdp.release_all(false);
+  EXPECT_EQ(net->parameters()[0].numel(), 0);
+  // Evaluation without gradients gathers and frees again.
+  torch::NoGradGuard no_grad;
+  fsdp.before_forward();
+  auto y = net(torch::randn({2, 6}));
+  fsdp.after_forward_without_grad();
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(fsdp.held_bytes(), total * 4);
+}
+
+class FsdpSaveTest : public testing_util::TempDirTest {};
+
+TEST_F(FsdpSaveTest, SaveModelWritesTheWholeModelAndLoadShardsIt) {
+  const std::string dir = (dir_ / "model").string();
+  std::vector<torch::Tensor> saved;
+  {
+    Accelerator accelerator(
+        quiet().fsdp(blocks(dist::ShardingStrategy::full_shard)));
+    Tower net = make_tower(9);
+    saved = weights(net);
+    auto model = accelerator.prepare(net);
+    accelerator.save_model(model, dir);
+  }
+  Accelerator accelerator(
+      quiet().fsdp(blocks(dist::ShardingStrategy::full_shard)));
+  Tower other = make_tower(10);
+  auto model = accelerator.prepare(other);
+  accelerator.load_model(model, dir);
+  // Forward and backward use the loaded values.
+  accelerator.backward(model(torch::randn({2, 6})).sum());
+  const auto full = accelerator.summon_full_params();
+  const auto loaded = weights(other);
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_TRUE(torch::equal(saved[i], loaded[i])) << "parameter " << i;
+  }
+}
+
+TEST(FsdpTest, WhatItCannotDoIsRefusedWithTheReason) {
+  Tower net = make_tower(1);
+  EXPECT_THROW(
+      {
+        try {
+          dist::FullyShardedModel f(
+              net.ptr(), nullptr, dist::FsdpOptions().wrap_types({"Layer"}));
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("Layer"), std::string::npos);
+          throw;
+        }
+      },
+      InvalidArgument);
+  EXPECT_THROW(
+      Accelerator(quiet().fsdp(dist::FsdpOptions()).zero_stage(2)),
+      InvalidArgument);
+  EXPECT_THROW(
+      Accelerator(quiet()
+                      .fsdp(dist::FsdpOptions())
+                      .gradient_compression(Precision::bf16)),
+      InvalidArgument);
+  EXPECT_THROW(dist::parse_sharding_strategy("HYBRID_SHARD"), InvalidArgument);
+  // An optimizer over tensors that are not the model's.
+  Accelerator accelerator(quiet().fsdp(dist::FsdpOptions()));
+  auto model = accelerator.prepare(net);
+  auto stray = torch::zeros({3}, torch::requires_grad());
+  torch::optim::SGD sgd(std::vector<torch::Tensor>{stray}, 0.1);
+  EXPECT_THROW(accelerator.prepare(sgd), UsageError);
+}
+
+// A unit called with its own forward instead of fsdp_forward: its
+// parameters hold nothing, and the error names it and the fix.
+struct DirectImpl : torch::nn::Module {
+  DirectImpl() : b0(register_module("b0", Block(6, 0.0))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return b0->forward(x).sum();
+  }
+  Block b0;
+};
+TORCH_MODULE(Direct);
+
+TEST(FsdpTest, AUnitCalledWithoutFsdpForwardIsNamed) {
+  Accelerator accelerator(
+      quiet().fsdp(blocks(dist::ShardingStrategy::full_shard)));
+  Direct net;
+  auto model = accelerator.prepare(net);
+  try {
+    model(torch::randn({2, 6}));
+    ADD_FAILURE() << "the forward did not fail";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("b0 ("), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("fsdp_forward"), std::string::npos);
+  }
+}
+
+// accelerate launch's variables, and DeepSpeed's zero_stage 3.
+TEST(FsdpTest, AccelerateLaunchVariablesSelectIt) {
+  ScopedEnv use("ACCELERATE_USE_FSDP", "true");
+  ScopedEnv strategy("FSDP_SHARDING_STRATEGY", "2");
+  ScopedEnv policy("FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP");
+  ScopedEnv types("FSDP_TRANSFORMER_CLS_TO_WRAP", "Block");
+  ScopedEnv ckpt("FSDP_ACTIVATION_CHECKPOINTING", "true");
+  {
+    Accelerator accelerator(quiet());
+    const auto& f = accelerator.options().fsdp;
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->strategy(), dist::ShardingStrategy::shard_grad_op);
+    EXPECT_EQ(f->wrap_types(), (std::vector<std::string>{"Block"}));
+    EXPECT_TRUE(f->activation_checkpointing());
+  }
+  {
+    ScopedEnv offload("FSDP_OFFLOAD_PARAMS", "true");
+    try {
+      Accelerator accelerator(quiet());
+      ADD_FAILURE() << "offloading was not refused";
+    } catch (const Unsupported& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("FSDP_OFFLOAD_PARAMS"), std::string::npos);
+    }
+  }
+  ScopedEnv off("ACCELERATE_USE_FSDP", "false");
+  Accelerator zero3(quiet().zero_stage(3));
+  ASSERT_TRUE(zero3.options().fsdp.has_value());
+  EXPECT_EQ(
+      zero3.options().fsdp->strategy(), dist::ShardingStrategy::full_shard);
+}
+
+}  // namespace ampkit::fsdp_test
