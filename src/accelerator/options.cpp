@@ -255,57 +255,53 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
   if (auto v = env("FSDP_ACTIVATION_CHECKPOINTING")) {
     o.activation_checkpointing(env_bool("FSDP_ACTIVATION_CHECKPOINTING", *v));
   }
-  if (auto v = env("FSDP_OFFLOAD_PARAMS");
-      v && env_bool("FSDP_OFFLOAD_PARAMS", *v)) {
-    refuse(
-        "FSDP_OFFLOAD_PARAMS",
-        *v,
-        "offloading parameters to the CPU is not built in ampkit. Set "
-        "fsdp_offload_params: false.");
+  // What ampkit does not build, each with the one value it accepts (a
+  // boolean's "false" also stands for unset) and the reason.
+  struct Only {
+    const char* name;
+    const char* value;
+    const char* why;
+  };
+  static const Only kOnly[] = {
+      {"FSDP_OFFLOAD_PARAMS",
+       "false",
+       "offloading parameters to the CPU is not built in ampkit. Set "
+       "fsdp_offload_params: false."},
+      {"FSDP_BACKWARD_PREFETCH",
+       "NO_PREFETCH",
+       "ampkit's FSDP gathers each unit when its backward begins, without "
+       "prefetching the next one. Set fsdp_backward_prefetch: NO_PREFETCH "
+       "(or leave it out)."},
+      {"FSDP_FORWARD_PREFETCH",
+       "false",
+       "forward prefetch is not built in ampkit. Set fsdp_forward_prefetch: "
+       "false."},
+      {"FSDP_STATE_DICT_TYPE",
+       "FULL_STATE_DICT",
+       "ampkit saves FULL_STATE_DICT (the whole model's weights, and each "
+       "process's optimizer shard). Set fsdp_state_dict_type: "
+       "FULL_STATE_DICT."},
+      {"FSDP_VERSION",
+       "1",
+       "ampkit's FSDP follows FSDP1's units and flat parameters. Set "
+       "fsdp_version: 1."},
+  };
+  for (const Only& only : kOnly) {
+    const auto v = env(only.name);
+    if (!v) {
+      continue;
+    }
+    const bool ok = std::string(only.value) == "false"
+                        ? !env_bool(only.name, *v)
+                        : upper(*v) == only.value;
+    if (!ok) {
+      refuse(only.name, *v, only.why);
+    }
   }
-  if (auto v = env("FSDP_BACKWARD_PREFETCH"); v && upper(*v) != "NO_PREFETCH") {
-    refuse(
-        "FSDP_BACKWARD_PREFETCH",
-        *v,
-        "ampkit's FSDP gathers each unit when its backward begins, "
-        "without prefetching the next one. Set fsdp_backward_prefetch: "
-        "NO_PREFETCH (or leave it out).");
-  }
-  if (auto v = env("FSDP_FORWARD_PREFETCH");
-      v && env_bool("FSDP_FORWARD_PREFETCH", *v)) {
-    refuse(
-        "FSDP_FORWARD_PREFETCH",
-        *v,
-        "forward prefetch is not built in ampkit. Set "
-        "fsdp_forward_prefetch: false.");
-  }
-  if (auto v = env("FSDP_STATE_DICT_TYPE");
-      v && upper(*v) != "FULL_STATE_DICT") {
-    refuse(
-        "FSDP_STATE_DICT_TYPE",
-        *v,
-        "ampkit saves FULL_STATE_DICT (the whole model's weights, and "
-        "each process's optimizer shard). Set fsdp_state_dict_type: "
-        "FULL_STATE_DICT.");
-  }
-  if (auto v = env("FSDP_CPU_RAM_EFFICIENT_LOADING");
-      v && env_bool("FSDP_CPU_RAM_EFFICIENT_LOADING", *v)) {
-    refuse(
-        "FSDP_CPU_RAM_EFFICIENT_LOADING",
-        *v,
-        "every process builds the whole model, then keeps its shard. Set "
-        "fsdp_cpu_ram_efficient_loading: false.");
-  }
-  if (auto v = env("FSDP_VERSION"); v && *v != "1") {
-    refuse(
-        "FSDP_VERSION",
-        *v,
-        "ampkit's FSDP follows FSDP1's units and flat parameters. Set "
-        "fsdp_version: 1.");
-  }
-  // FSDP_USE_ORIG_PARAMS and FSDP_SYNC_MODULE_STATES: the parameters keep
-  // their names and shapes for saving, and every process starts from
-  // process 0's values, whichever they say.
+  // FSDP_USE_ORIG_PARAMS, FSDP_SYNC_MODULE_STATES and
+  // FSDP_CPU_RAM_EFFICIENT_LOADING: the parameters keep their names and
+  // shapes for saving, and every process starts from process 0's values,
+  // whichever they say.
   return o;
 }
 

@@ -15,25 +15,27 @@
 
 namespace ampkit::config::detail {
 
-namespace {
+const std::vector<std::string>& fsdp_keys() {
+  static const std::vector<std::string> keys = {
+      "fsdp_activation_checkpointing",
+      "fsdp_auto_wrap_policy",
+      "fsdp_backward_prefetch",
+      "fsdp_backward_prefetch_policy",
+      "fsdp_cpu_ram_efficient_loading",
+      "fsdp_forward_prefetch",
+      "fsdp_min_num_params",
+      "fsdp_offload_params",
+      "fsdp_reshard_after_forward",
+      "fsdp_sharding_strategy",
+      "fsdp_state_dict_type",
+      "fsdp_sync_module_states",
+      "fsdp_transformer_layer_cls_to_wrap",
+      "fsdp_use_orig_params",
+      "fsdp_version"};
+  return keys;
+}
 
-// What accelerate's questionnaire and FullyShardedDataParallelPlugin write.
-const std::vector<std::string> kFsdpKeys = {
-    "fsdp_activation_checkpointing",
-    "fsdp_auto_wrap_policy",
-    "fsdp_backward_prefetch",
-    "fsdp_backward_prefetch_policy",
-    "fsdp_cpu_ram_efficient_loading",
-    "fsdp_forward_prefetch",
-    "fsdp_min_num_params",
-    "fsdp_offload_params",
-    "fsdp_reshard_after_forward",
-    "fsdp_sharding_strategy",
-    "fsdp_state_dict_type",
-    "fsdp_sync_module_states",
-    "fsdp_transformer_layer_cls_to_wrap",
-    "fsdp_use_orig_params",
-    "fsdp_version"};
+namespace {
 
 std::optional<bool> as_bool(const std::string& value) {
   const std::string v = ampkit::detail::lower(value);
@@ -80,10 +82,10 @@ void read_fsdp_config(
     }
     const std::string shown = "fsdp_config." + key + " '" + value + "'";
     const std::string word = ampkit::detail::upper(value);
-    if (!contains(kFsdpKeys, key)) {
+    if (!contains(fsdp_keys(), key)) {
       fail(
           "unknown key fsdp_config." + key +
-          ". Known keys: " + ampkit::detail::join(kFsdpKeys, ", ") + ".");
+          ". Known keys: " + ampkit::detail::join(fsdp_keys(), ", ") + ".");
     }
     auto boolean = [&]() {
       const auto b = as_bool(value);

@@ -57,6 +57,9 @@ void read_deepspeed_config(
 /// naming it.
 void read_fsdp_config(
     const Entry* entry, const std::string& path, LaunchConfig& config);
+/// fsdp_config's keys, as accelerate's questionnaire and
+/// FullyShardedDataParallelPlugin write them.
+const std::vector<std::string>& fsdp_keys();
 
 /// Throws the ConfigError of `entry` in `path`: "path:line: message".
 [[noreturn]] void fail_at(

@@ -32,21 +32,7 @@ bool is_off_word(const std::string& value) {
 const std::vector<Plugin>& plugins() {
   static const std::vector<Plugin> list = {
       {"fsdp_config",
-       {"fsdp_activation_checkpointing",
-        "fsdp_auto_wrap_policy",
-        "fsdp_backward_prefetch",
-        "fsdp_backward_prefetch_policy",
-        "fsdp_cpu_ram_efficient_loading",
-        "fsdp_forward_prefetch",
-        "fsdp_min_num_params",
-        "fsdp_offload_params",
-        "fsdp_reshard_after_forward",
-        "fsdp_sharding_strategy",
-        "fsdp_state_dict_type",
-        "fsdp_sync_module_states",
-        "fsdp_transformer_layer_cls_to_wrap",
-        "fsdp_use_orig_params",
-        "fsdp_version"},
+       fsdp_keys(),
        [](const std::string&, const std::string& value) {
          return is_off_word(value);
        },

@@ -321,6 +321,10 @@ TEST(FsdpTest, AccelerateLaunchVariablesSelectIt) {
   ScopedEnv policy("FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP");
   ScopedEnv types("FSDP_TRANSFORMER_CLS_TO_WRAP", "Block");
   ScopedEnv ckpt("FSDP_ACTIVATION_CHECKPOINTING", "true");
+  // accelerate's defaults for these train the same in ampkit.
+  ScopedEnv ram("FSDP_CPU_RAM_EFFICIENT_LOADING", "true");
+  ScopedEnv sync("FSDP_SYNC_MODULE_STATES", "true");
+  ScopedEnv prefetch("FSDP_BACKWARD_PREFETCH", "NO_PREFETCH");
   {
     Accelerator accelerator(quiet());
     const auto& f = accelerator.options().fsdp;
