@@ -1,22 +1,24 @@
 // FSDP: flat, sharded units driven by an autograd Function (see fsdp.h).
 #include "ampkit/dist/fsdp.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "amp/compat.h"
+#include "ampkit/amp/autocast.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/random.h"
 #include "ampkit/utils/warnings.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::dist {
 
@@ -180,29 +182,40 @@ struct UnitCall : torch::CustomClassHolder {
   std::function<torch::Tensor(const std::vector<torch::Tensor>&)> forward;
   std::vector<torch::Tensor> inputs;  // detached, requiring grad as given
   torch::Tensor output;               // with the unit's graph (no recompute)
-  // Activation checkpointing: what the recompute must see again.
+  // Activation checkpointing: what the recompute must see again (the
+  // random state, and the CPU's and CUDA's autocast settings).
   std::optional<RngState> rng;
-  std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>> autocast;
+  std::vector<AutocastOptions> autocast;
 };
 
-std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>>
-autocast_state() {
-  std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>> out;
-  for (auto d : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
-    out.emplace_back(
-        d,
-        ampkit::detail::autocast_is_enabled(d),
-        ampkit::detail::autocast_get_dtype(d));
-  }
-  return out;
+// The autocast settings in force on `device`, as an Autocast guard takes
+// them.
+AutocastOptions autocast_in_force(c10::DeviceType device) {
+  return AutocastOptions(device, ampkit::detail::autocast_get_dtype(device))
+      .enabled(ampkit::detail::autocast_is_enabled(device))
+      .cache_enabled(at::autocast::is_autocast_cache_enabled());
 }
-void set_autocast_state(
-    const std::vector<std::tuple<c10::DeviceType, bool, c10::ScalarType>>& s) {
-  for (const auto& [d, on, dtype] : s) {
-    ampkit::detail::autocast_set_enabled(d, on);
-    ampkit::detail::autocast_set_dtype(d, dtype);
+
+// For a scope: the generators in state `use`, then back as they were (also
+// when the scope throws). The state put back was read from the generators
+// a moment before, so setting it cannot fail.
+class RngScope {
+ public:
+  explicit RngScope(const RngState& use) : saved_(get_rng_state()) {
+    set_rng_state(use);
   }
-}
+  ~RngScope() {
+    try {
+      set_rng_state(saved_);
+    } catch (...) {
+    }
+  }
+  RngScope(const RngScope&) = delete;
+  RngScope& operator=(const RngScope&) = delete;
+
+ private:
+  RngState saved_;
+};
 
 struct UnitFunction : torch::autograd::Function<UnitFunction> {
   static torch::autograd::variable_list forward(
@@ -223,7 +236,9 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
     torch::Tensor out;
     if (m.options.activation_checkpointing()) {
       call->rng = get_rng_state();
-      call->autocast = autocast_state();
+      call->autocast = {
+          autocast_in_force(c10::DeviceType::CPU),
+          autocast_in_force(c10::DeviceType::CUDA)};
       out = call->forward(call->inputs);  // no graph: recomputed in backward
     } else {
       torch::AutoGradMode grad(true);
@@ -248,16 +263,11 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
     torch::Tensor out = call->output;
     if (call->rng) {
       // Recompute with the random and autocast state of the first run.
-      const RngState now = get_rng_state();
-      const auto autocast_now = autocast_state();
-      set_rng_state(*call->rng);
-      set_autocast_state(call->autocast);
-      {
-        torch::AutoGradMode grad(true);
-        out = call->forward(call->inputs);
-      }
-      set_rng_state(now);
-      set_autocast_state(autocast_now);
+      RngScope rng(*call->rng);
+      Autocast cpu(call->autocast[0]);
+      Autocast cuda(call->autocast[1]);
+      torch::AutoGradMode grad(true);
+      out = call->forward(call->inputs);
     }
     std::vector<torch::Tensor> wrt;
     std::vector<size_t> input_slot;
@@ -564,13 +574,10 @@ FullyShardedModel::FullyShardedModel(
         };
     walk("", *im.model);
     if (picked.empty()) {
-      std::string types;
-      for (const auto& t : o.wrap_types()) {
-        types += (types.empty() ? "" : ", ") + t;
-      }
       throw InvalidArgument(
           component::kDistributed,
-          "FSDP: no module of the model is of a type to wrap (" + types +
+          "FSDP: no module of the model is of a type to wrap (" +
+              ampkit::detail::join(o.wrap_types(), ", ") +
               "; fsdp_transformer_layer_cls_to_wrap). Name the type of the "
               "model's repeated blocks, as TORCH_MODULE names it (Block for "
               "BlockImpl).");
