@@ -6,7 +6,10 @@
 # activation checkpointing; 3 rounds alternating, medians. Reported: the
 # training throughput (tokens/s) as a step-time ratio to DDP's, and the
 # bytes a process holds between steps (parameters, gradients, optimizer
-# state: the summary's held_bytes) as a ratio to DDP's.
+# state: the summary's held_bytes), the most tensor memory allocated at
+# once during a step (peak_step_bytes) and what a forward leaves allocated
+# for its backward (activation_bytes: the saved activations), each as a
+# ratio to DDP's.
 # Usage: bash bench/fsdp_bench.sh [BUILD_DIR] [STEPS] [CONFIG]
 set -euo pipefail
 build="${1:-build}"
@@ -41,11 +44,14 @@ runs = {n: [json.load(open(f"{work}/{n}.{r}/summary.json")) for r in (1, 2, 3)]
         for n in names}
 tps = {n: statistics.median(s["tokens_per_second"] for s in runs[n]) for n in names}
 held = {n: runs[n][0]["held_bytes"] for n in names}
+peak = {n: runs[n][0]["peak_step_bytes"] for n in names}
+act = {n: runs[n][0]["activation_bytes"] for n in names}
 s = runs["ddp"][0]
 print(f"gpt {s['config']}: {s['parameters']:,} parameters, 2 processes, AdamW, "
       f"fp32, {s['steps']} steps, medians of 3 rounds")
-print(f"{'run':<16}{'tokens/s':>10}{'step time x DDP':>17}{'held bytes':>13}{'x DDP':>8}")
+print(f"{'run':<16}{'tokens/s':>10}{'step time x DDP':>17}{'held bytes':>13}"
+      f"{'x DDP':>7}{'peak bytes':>13}{'x DDP':>7}{'activations':>13}{'x DDP':>7}")
 for n in names:
-    print(f"{n:<16}{tps[n]:>10.0f}{tps['ddp'] / tps[n]:>17.2f}{held[n]:>13,}"
-          f"{held[n] / held['ddp']:>8.3f}")
+    print(f"{n:<16}{tps[n]:>10.0f}{tps['ddp'] / tps[n]:>17.2f}"
+          + "".join(f"{v[n]:>13,}{v[n] / v['ddp']:>7.3f}" for v in (held, peak, act)))
 PY

@@ -268,6 +268,8 @@ int run(const Args& args) {
     at::globalContext().setAllowTF32CuDNN(args.tf32 == "on");
   }
   ampkit::Accelerator accelerator(options);
+  // Tensor bytes, for the summary's peak_step_bytes and activation_bytes.
+  ampkit::track_memory(accelerator.device());
   std::cerr << "gpt: ampkit " << AMPKIT_VERSION << ", LibTorch "
             << TORCH_VERSION << ", " << threads << " threads\n";
 
@@ -374,6 +376,15 @@ int run(const Args& args) {
   auto running = torch::zeros(
       {}, torch::dtype(torch::kFloat).device(accelerator.device()));
   int64_t since_log = 0;
+  // The most tensor memory allocated at once during a training step, and
+  // the most that a forward left allocated for its backward (the saved
+  // activations, and the loss).
+  int64_t peak_step_bytes = 0;
+  int64_t activation_bytes = 0;
+  const auto memory = [&] {
+    return ampkit::memory_stats(accelerator.device());
+  };
+  ampkit::reset_peak_memory(accelerator.device());
   for (int64_t epoch = loader.sampler()->epoch() + 1;
        epoch <= args.epochs && steps < total_steps;
        ++epoch) {
@@ -385,11 +396,15 @@ int run(const Args& args) {
       // last batch of an epoch weighs its tokens as the others do).
       const int64_t num_items = batch.target.numel();
       auto scope = accelerator.accumulate(model, num_items);
+      const int64_t before_forward = memory().allocated;
       auto loss = model(batch.data, batch.target, /*summed=*/true);
+      activation_bytes =
+          std::max(activation_bytes, memory().allocated - before_forward);
       accelerator.backward(loss);
       optimizer.step();
       scheduler.step();
       optimizer.zero_grad();
+      peak_step_bytes = std::max(peak_step_bytes, memory().peak);
       running += loss.detach() / static_cast<double>(num_items);
       ++since_log;
       epoch_tokens += batch.data.numel();
@@ -427,6 +442,7 @@ int run(const Args& args) {
         val_loss = validation_loss(
             model, corpus, seq_len, args.eval_windows, accelerator);
         accelerator.log({{"val_loss", val_loss}});
+        ampkit::reset_peak_memory(accelerator.device());
         start = std::chrono::steady_clock::now();
       }
       if (args.checkpointing_steps > 0 &&
@@ -434,6 +450,7 @@ int run(const Args& args) {
         accelerator.save_state((std::filesystem::path(checkpoints) /
                                 ("checkpoint_" + std::to_string(steps)))
                                    .string());
+        ampkit::reset_peak_memory(accelerator.device());
       }
       if (steps == total_steps) {
         break;
@@ -487,6 +504,8 @@ int run(const Args& args) {
   const nlohmann::json summary = {
       {"config", args.config},
       {"held_bytes", held_bytes},
+      {"peak_step_bytes", peak_step_bytes},
+      {"activation_bytes", activation_bytes},
       {"parameters", n_params},
       {"seq_len", seq_len},
       {"batch_size", batch_size},

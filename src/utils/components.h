@@ -17,6 +17,7 @@ inline constexpr const char* kGradScaler = "GradScaler";
 inline constexpr const char* kIdxReader = "IDX reader";
 inline constexpr const char* kLaunch = "Launch";
 inline constexpr const char* kLocalSgd = "LocalSGD";
+inline constexpr const char* kMemory = "memory";
 inline constexpr const char* kMemoryEstimate = "MemoryEstimate";
 inline constexpr const char* kProfiler = "Profiler";
 inline constexpr const char* kReport = "Report";

@@ -195,6 +195,33 @@ TEST(MemoryTest, RejectsANonPositiveStartingBatchSize) {
 #if defined(__GLIBC__)
 // After tune_malloc, a tensor-sized block comes from the heap and goes back
 // to it: no mmap (which would page-fault it in again on every step).
+TEST(MemoryTest, CountsTheCpuTensorsAllocatedAndTheirPeak) {
+  track_memory(torch::kCPU);
+  track_memory(torch::kCPU);  // twice: one counter
+  const int64_t start = memory_stats(torch::kCPU).allocated;
+  reset_peak_memory(torch::kCPU);
+  EXPECT_EQ(memory_stats(torch::kCPU).peak, start);
+  constexpr int64_t kBytes = int64_t(4) << 20;
+  {
+    auto t = torch::ones({kBytes / 4});
+    EXPECT_EQ(memory_stats(torch::kCPU).allocated, start + kBytes);
+    auto u = t * 2;  // a second tensor, then both are freed
+    EXPECT_EQ(memory_stats(torch::kCPU).allocated, start + 2 * kBytes);
+  }
+  const auto after = memory_stats(torch::kCPU);
+  EXPECT_EQ(after.allocated, start);
+  // t * 2 may allocate a scalar tensor for the 2 too.
+  EXPECT_GE(after.peak, start + 2 * kBytes);
+  EXPECT_LT(after.peak, start + 2 * kBytes + 1024);
+  reset_peak_memory(torch::kCPU);
+  EXPECT_EQ(memory_stats(torch::kCPU).peak, start);
+}
+
+TEST(MemoryTest, MemoryStatsOfAnotherDeviceTypeSayWhich) {
+  const auto meta = c10::Device(c10::DeviceType::Meta);
+  AMPKIT_EXPECT_THROWS_WITH(memory_stats(meta), Unsupported, "meta");
+}
+
 TEST(TuneMallocTest, TensorSizedBlocksStayOnTheHeap) {
   const MallocTuning t = tune_malloc();
   if (!t.applied) {

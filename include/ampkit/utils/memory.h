@@ -2,6 +2,8 @@
 // retrying a training step with smaller batches until one fits.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -42,7 +44,32 @@ struct MallocTuning {
 /// glibc.malloc tunables in GLIBC_TUNABLES), or off glibc.
 MallocTuning tune_malloc(int64_t mmap_threshold_bytes = int64_t(256) << 20);
 
+/// Tensor memory on a device, as torch.cuda.memory_allocated and
+/// max_memory_allocated report it: the bytes allocated now and the most
+/// allocated at once since the last reset_peak_memory.
+struct MemoryStats {
+  int64_t allocated = 0;
+  int64_t peak = 0;
+};
+
+/// Starts counting `device`'s tensor memory. On the CPU, LibTorch's CPU
+/// allocator is wrapped (from this call on, for the whole process) by one
+/// that counts what it hands out and gets back: only tensors allocated
+/// after the first call count. On CUDA the caching allocator counts
+/// already; nothing changes. Throws ampkit::Unsupported for another device
+/// type, or CUDA in a build without it.
+void track_memory(c10::Device device);
+/// `device`'s counts; ampkit::UsageError on the CPU before track_memory.
+MemoryStats memory_stats(c10::Device device);
+/// Starts a new peak from what is allocated now.
+void reset_peak_memory(c10::Device device);
+
 namespace detail {
+
+/// The CUDA caching allocator's counts for `device` (a CUDA build; the
+/// other throws ampkit::Unsupported).
+MemoryStats cuda_memory_stats(c10::Device device);
+void cuda_reset_peak_memory(c10::Device device);
 
 /// Checks the starting batch size of find_executable_batch_size and returns
 /// it; throws ampkit::InvalidArgument when it is not positive.
