@@ -161,7 +161,7 @@ struct Args : examples::RunFlags {
   int64_t sample_chars = 200;
   std::string data_file = AMPKIT_GPT_CORPUS;
   std::string tf32 = "default";  // on, off, or LibTorch's default
-  std::string fsdp;  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD; "": none
+  std::string fsdp;  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD
   bool activation_checkpointing = false;
 };
 
@@ -556,7 +556,8 @@ int main(int argc, char** argv) {
       examples::flags("fsdp"),
       args.fsdp,
       "shard the model with FSDP, each transformer block a unit: "
-      "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (default: DDP, or the "
+      "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default: DDP, "
+      "or the "
       "launcher's ACCELERATE_USE_FSDP)");
   app.add_flag(
       examples::flags("activation-checkpointing"),

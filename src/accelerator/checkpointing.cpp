@@ -218,21 +218,9 @@ bool check_partition(
                         : entry.fsdp  ? 3
                                       : 0;
   if (saved.zero_stage == stage && entry.fsdp) {
-    const auto now = fsdp_partition(processes);
-    if (saved.boundaries != now.boundaries) {
-      throw Unsupported(
-          component::kAccelerator,
-          dir + " holds optimizer " + std::to_string(i) +
-              " sharded by FSDP over " +
-              std::to_string(saved.boundaries.size() - 1) +
-              " processes; this run has " + std::to_string(processes) +
-              ". Re-sharding FSDP's units for another process count is not "
-              "built yet: resume on " +
-              std::to_string(saved.boundaries.size() - 1) +
-              " processes (the model's weights alone load on any count "
-              "with load_model).");
-    }
-    return false;
+    // Saved by another number of processes: the shards are joined and
+    // split again (FullyShardedModel::load_resharded).
+    return saved.boundaries != fsdp_partition(processes).boundaries;
   }
   if (saved.zero_stage == stage) {
     return entry.sharded && saved.boundaries != entry.sharded->boundaries();
@@ -741,9 +729,12 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
           throw IoError(
               component::kAccelerator,
               target + " lacks " + names.back() + ": resuming optimizer " +
-                  std::to_string(i) + " (zero_stage " +
-                  std::to_string(st.options.zero_stage) + ") on " +
-                  std::to_string(num_processes()) +
+                  std::to_string(i) +
+                  (st.optimizers[i].fsdp != nullptr
+                       ? std::string(" (FSDP)")
+                       : " (zero_stage " +
+                             std::to_string(st.options.zero_stage) + ")") +
+                  " on " + std::to_string(num_processes()) +
                   " processes re-splits the shards of all " +
                   std::to_string(saved.size() - 1) +
                   " processes that saved it. On machines that share no "
@@ -838,6 +829,11 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
     // file, still another partition): re-split.
     if (!resplit[i]) {
       load(0);
+    } else if (st.optimizers[i].fsdp != nullptr) {
+      st.optimizers[i].fsdp->load_resharded(
+          *st.optimizers[i].optimizer,
+          static_cast<int64_t>(m.optimizer_partitions[i].boundaries.size()) - 1,
+          [&](int64_t q) { load(static_cast<size_t>(q)); });
     } else {
       st.optimizers[i].sharded->load_resplit(
           m.optimizer_partitions[i].boundaries,

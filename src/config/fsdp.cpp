@@ -96,20 +96,26 @@ void read_fsdp_config(
     };
     if (key == "fsdp_sharding_strategy") {
       const std::vector<std::string> ok = {
-          "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "1", "2", "3"};
-      if (word == "HYBRID_SHARD" || word == "HYBRID_SHARD_ZERO2" ||
-          word == "4" || word == "5") {
+          "FULL_SHARD",
+          "SHARD_GRAD_OP",
+          "NO_SHARD",
+          "HYBRID_SHARD",
+          "1",
+          "2",
+          "3",
+          "4"};
+      if (word == "HYBRID_SHARD_ZERO2" || word == "_HYBRID_SHARD_ZERO2" ||
+          word == "5") {
         fail(
             shown +
-            ": sharding within a machine and replicating across machines is "
-            "not built in ampkit. Use FULL_SHARD (sharded across every "
-            "process), SHARD_GRAD_OP or NO_SHARD.");
+            ": HYBRID_SHARD that keeps the full parameters from forward to "
+            "backward is not built in ampkit. Use HYBRID_SHARD.");
       }
       if (!contains(ok, word)) {
         fail(
             shown +
             " is not a sharding strategy. Valid values: FULL_SHARD, "
-            "SHARD_GRAD_OP, NO_SHARD.");
+            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD.");
       }
       has_strategy = true;
       set("FSDP_SHARDING_STRATEGY", word);

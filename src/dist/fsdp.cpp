@@ -18,6 +18,7 @@
 #include "ampkit/utils/random.h"
 #include "ampkit/utils/warnings.h"
 #include "utils/components.h"
+#include "utils/optimizer_state.h"
 #include "utils/strings.h"
 
 namespace ampkit::dist {
@@ -32,14 +33,16 @@ ShardingStrategy parse_sharding_strategy(const std::string& value) {
   if (value == "NO_SHARD" || value == "3") {
     return ShardingStrategy::no_shard;
   }
+  if (value == "HYBRID_SHARD" || value == "4") {
+    return ShardingStrategy::hybrid_shard;
+  }
   throw InvalidArgument(
       component::kDistributed,
-      "fsdp_sharding_strategy: expected FULL_SHARD, SHARD_GRAD_OP or "
-      "NO_SHARD (or accelerate's 1, 2, 3), got '" +
+      "fsdp_sharding_strategy: expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD "
+      "or HYBRID_SHARD (or accelerate's 1, 2, 3, 4), got '" +
           value +
-          "'. HYBRID_SHARD and _HYBRID_SHARD_ZERO2 (sharding within a "
-          "machine, replicas across machines) are not built yet: use "
-          "FULL_SHARD across every process.");
+          "'. _HYBRID_SHARD_ZERO2 (HYBRID_SHARD keeping the full parameters "
+          "from forward to backward) is not built: use HYBRID_SHARD.");
 }
 
 std::string to_string(ShardingStrategy strategy) {
@@ -50,6 +53,8 @@ std::string to_string(ShardingStrategy strategy) {
       return "SHARD_GRAD_OP";
     case ShardingStrategy::no_shard:
       return "NO_SHARD";
+    case ShardingStrategy::hybrid_shard:
+      return "HYBRID_SHARD";
   }
   return "?";
 }
@@ -101,10 +106,15 @@ using detail::FsdpUnit;
 
 struct FullyShardedModel::Impl {
   std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<ProcessGroup> global;  // every process
+  // The processes a unit is sharded across (HYBRID_SHARD: this machine's;
+  // nullptr when that is this process alone), and under HYBRID_SHARD the
+  // processes elsewhere that hold the same shard (nullptr otherwise).
   std::shared_ptr<ProcessGroup> group;
+  std::shared_ptr<ProcessGroup> replicas;
   FsdpOptions options;
-  int64_t rank = 0;
-  int64_t world = 1;
+  int64_t rank = 0;                              // in `group`
+  int64_t world = 1;                             // `group`'s size
   std::vector<std::shared_ptr<FsdpUnit>> units;  // root first
   std::vector<torch::Tensor> shards;
   int64_t gathered_bytes = 0;
@@ -136,7 +146,53 @@ struct FullyShardedModel::Impl {
   void reduce(FlatParam& f, const std::vector<torch::Tensor>& grads);
   void reduce(FsdpUnit& u);  // from the parameters' .grad()
   void collect_shards();
+  /// HYBRID_SHARD: `group` becomes this machine's processes, `replicas`
+  /// the processes with this one's local rank on every machine.
+  void split_hybrid();
 };
+
+void FullyShardedModel::Impl::split_hybrid() {
+  const DistEnv& env = global->env();
+  const int64_t per = env.local_world_size;
+  const std::string why =
+      "HYBRID_SHARD shards within a machine and replicates across machines";
+  if (per <= 0 || env.world_size % per != 0) {
+    throw InvalidArgument(
+        component::kDistributed,
+        why +
+            ", so it needs the processes per machine (LOCAL_WORLD_SIZE, "
+            "which ampkit launch and torchrun set) to divide the " +
+            std::to_string(env.world_size) + " processes; it is " +
+            std::to_string(per) + ".");
+  }
+  if (env.rank % per != env.local_rank) {
+    throw InvalidArgument(
+        component::kDistributed,
+        why +
+            ", so it needs the ranks numbered machine by machine (as "
+            "ampkit launch and torchrun number them): rank " +
+            std::to_string(env.rank) + " has LOCAL_RANK " +
+            std::to_string(env.local_rank) + " of " + std::to_string(per) +
+            ".");
+  }
+  if (per == env.world_size) {
+    return;  // one machine: FULL_SHARD
+  }
+  const int64_t machine = env.rank / per;
+  std::vector<int64_t> here, peers;
+  for (int64_t k = 0; k < per; ++k) {
+    here.push_back(machine * per + k);
+  }
+  for (int64_t m = 0; m < env.world_size / per; ++m) {
+    peers.push_back(m * per + env.local_rank);
+  }
+  // Every process makes its machine's group first, then its replicas'.
+  group = per > 1
+              ? global->subgroup("fsdp_shard_" + std::to_string(machine), here)
+              : nullptr;
+  replicas = global->subgroup(
+      "fsdp_replicate_" + std::to_string(env.local_rank), peers);
+}
 
 namespace {
 
@@ -245,7 +301,8 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
       call->output = call->forward(call->inputs);
       out = call->output.detach();
     }
-    if (m.options.strategy() == ShardingStrategy::full_shard) {
+    if (m.options.strategy() == ShardingStrategy::full_shard ||
+        m.options.strategy() == ShardingStrategy::hybrid_shard) {
       m.release(u);
     }
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
@@ -441,23 +498,26 @@ void FullyShardedModel::Impl::reduce(
     f.pending = flat;
     return;
   }
-  torch::Tensor part;
-  if (world == 1) {
-    part = flat;
-  } else if (!sharded()) {
-    flat.mul_(1.0 / static_cast<double>(world));
-    group->all_reduce(flat, ReduceOp::sum);
-    part = flat;
-  } else {
+  torch::Tensor part = flat;
+  const int64_t processes = world * (replicas ? replicas->size() : 1);
+  if (processes > 1) {
     // DDP's order (c10d's Reducer): multiply by 1 / the process count,
     // then sum.
-    flat.mul_(1.0 / static_cast<double>(world));
+    flat.mul_(1.0 / static_cast<double>(processes));
+  }
+  if (world > 1 && !sharded()) {
+    group->all_reduce(flat, ReduceOp::sum);
+  } else if (world > 1) {
     std::vector<int64_t> bounds;
     for (int64_t r = 0; r <= world; ++r) {
       bounds.push_back(r * f.shard_size);
     }
     part = torch::empty({f.shard_size}, f.shard.options());
     group->reduce_scatter(part, flat, bounds);
+  }
+  if (replicas) {
+    // HYBRID_SHARD: the machine's sum, then the sum across machines.
+    replicas->all_reduce(part, ReduceOp::sum);
   }
   torch::Tensor& g = f.shard.mutable_grad();
   if (g.defined()) {
@@ -541,13 +601,18 @@ FullyShardedModel::FullyShardedModel(
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   im.model = std::move(model);
+  im.global = group;
   im.group = std::move(group);
   im.options = std::move(options);
+  const auto& o = im.options;
+  if (o.strategy() == ShardingStrategy::hybrid_shard && im.global &&
+      im.global->size() > 1) {
+    im.split_hybrid();
+  }
   if (im.group) {
     im.rank = im.group->rank();
     im.world = im.group->size();
   }
-  const auto& o = im.options;
   if (!o.wrap_types().empty() && o.min_num_params() > 0) {
     throw InvalidArgument(
         component::kDistributed,
@@ -708,18 +773,18 @@ FullyShardedModel::FullyShardedModel(
         values.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
         offset += p.numel();
       }
-      if (im.world > 1) {
-        im.group->broadcast(flat, 0);
+      if (im.global && im.global->size() > 1) {
+        im.global->broadcast(flat, 0);
       }
       u->flats.push_back(im.make_flat(names, params, values));
     }
     im.units.push_back(u);
   }
   im.collect_shards();
-  if (im.world > 1) {
+  if (im.global && im.global->size() > 1) {
     auto buffers = im.model->buffers();
     if (!buffers.empty()) {
-      im.group->broadcast_coalesced(buffers, 0);
+      im.global->broadcast_coalesced(buffers, 0);
     }
   }
   std::lock_guard<std::mutex> lock(registry_mutex);
@@ -974,6 +1039,137 @@ void FullyShardedModel::release_all(bool keep_values) {
       }
       im.release(f);
     }
+  }
+}
+
+void FullyShardedModel::load_resharded(
+    torch::optim::Optimizer& optimizer,
+    int64_t saved_processes,
+    const std::function<void(int64_t)>& load) {
+  auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  // Each shard the optimizer steps, with its buffer's length.
+  std::unordered_map<const void*, const FlatParam*> flat_of;
+  for (const auto& u : im.units) {
+    for (const auto& f : u->flats) {
+      flat_of[f.shard.unsafeGetTensorImpl()] = &f;
+    }
+  }
+  auto& groups = optimizer.param_groups();
+  std::vector<std::vector<torch::Tensor>> mine;
+  for (auto& group : groups) {
+    mine.push_back(group.params());
+  }
+  // Per shard: each tensor field's saved parts in process order, the
+  // other fields, and a state to copy the type from.
+  struct Found {
+    std::map<std::string, std::vector<torch::Tensor>> parts;
+    std::map<std::string, c10::IValue> values;
+    std::unique_ptr<torch::optim::OptimizerParamState> like;
+  };
+  std::vector<std::vector<Found>> found(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    found[g].resize(mine[g].size());
+  }
+  auto restore = [&] {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      groups[g].params() = mine[g];
+    }
+    optimizer.state().clear();
+  };
+  const auto fail = [&](const std::string& what) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "FSDP: the optimizer state saved by " +
+            std::to_string(saved_processes) + " processes " + what +
+            ". Resume with the model, optimizer and param groups it was "
+            "saved with.");
+  };
+  try {
+    for (int64_t q = 0; q < saved_processes; ++q) {
+      // Stand-ins for the saved shards: the files key state by position.
+      std::vector<std::vector<torch::Tensor>> slots(groups.size());
+      for (size_t g = 0; g < groups.size(); ++g) {
+        for (const auto& p : mine[g]) {
+          slots[g].push_back(torch::empty({0}, p.options()));
+        }
+        groups[g].params() = slots[g];
+      }
+      optimizer.state().clear();
+      load(q);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        for (size_t k = 0; k < slots[g].size(); ++k) {
+          auto it =
+              optimizer.state().find(ampkit::detail::state_key(slots[g][k]));
+          if (it == optimizer.state().end()) {
+            continue;
+          }
+          Found& to = found[g][k];
+          for (auto& [key, value] : ampkit::detail::state_fields(*it->second)) {
+            if (value.isTensor()) {
+              to.parts[key].push_back(value.toTensor().reshape({-1}));
+              continue;
+            }
+            auto [known, fresh] = to.values.emplace(key, value);
+            if (!fresh && !ampkit::detail::same_field(known->second, value)) {
+              fail(
+                  "disagrees on '" + key + "' of param_groups[" +
+                  std::to_string(g) + "][" + std::to_string(k) +
+                  "] between processes");
+            }
+          }
+          if (!to.like) {
+            to.like = it->second->clone();
+          }
+        }
+      }
+    }
+    restore();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t k = 0; k < mine[g].size(); ++k) {
+        Found& from = found[g][k];
+        if (!from.like) {
+          continue;  // no state saved (the parameter never stepped)
+        }
+        const auto at = flat_of.find(mine[g][k].unsafeGetTensorImpl());
+        if (at == flat_of.end()) {
+          fail("is for tensors this model does not shard");
+        }
+        const FlatParam& f = *at->second;
+        std::map<std::string, c10::IValue> fields = from.values;
+        for (auto& [key, parts] : from.parts) {
+          // In process order the parts cover the buffer: FULL_SHARD's
+          // process q holds part q; HYBRID_SHARD's first machine holds
+          // every part; NO_SHARD's process 0 holds the whole.
+          std::vector<torch::Tensor> cover;
+          int64_t covered = 0;
+          for (const auto& part : parts) {
+            if (covered >= f.total) {
+              break;
+            }
+            cover.push_back(part);
+            covered += part.numel();
+          }
+          if (covered < f.total) {
+            fail(
+                "holds " + std::to_string(covered) + " elements of '" + key +
+                "' for a buffer of " + std::to_string(f.total) + " (" +
+                ampkit::detail::join(f.names, ", ") + ")");
+          }
+          torch::Tensor full = torch::zeros(
+              {f.shard_size * im.parts()}, cover.front().options());
+          full.narrow(0, 0, f.total)
+              .copy_(torch::cat(cover).narrow(0, 0, f.total));
+          const int64_t begin = im.sharded() ? im.rank * f.shard_size : 0;
+          fields[key] = full.narrow(0, begin, f.shard_size).clone();
+        }
+        optimizer.state()[ampkit::detail::state_key(mine[g][k])] =
+            ampkit::detail::state_with_fields(*from.like, fields);
+      }
+    }
+  } catch (...) {
+    restore();
+    throw;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ampkit/dist/process_group.h"
 
@@ -23,6 +24,14 @@ struct ProcessGroup::Impl {
   std::string network;  // where the group's traffic goes, and why
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::string bind_host;  // what Gloo binds ("": GLOO_SOCKET_IFNAME's)
+  // A subgroup's: the whole run's store (failures are reported there, under
+  // the run's ranks) and its members' ranks in the run; unset otherwise.
+  c10::intrusive_ptr<c10d::Store> root_store;
+  std::vector<int64_t> members;
+  int64_t global_rank(int64_t r) const {
+    return members.empty() ? r : members[static_cast<size_t>(r)];
+  }
   std::string rdzv_dir;
   std::string marker;
   std::atomic<bool> failure_reported{false};

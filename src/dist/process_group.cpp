@@ -232,6 +232,7 @@ ProcessGroup::ProcessGroup(
   }
   im.store->setTimeout(options.timeout());
   const std::string bind_host = pick_network(env, im.backend, im.network);
+  im.bind_host = bind_host;
   const auto started = std::chrono::steady_clock::now();
   try {
     if (im.backend == "nccl") {
@@ -285,6 +286,67 @@ ProcessGroup::ProcessGroup(
   }
 }
 
+ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) {}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(
+    const std::string& name, const std::vector<int64_t>& ranks) {
+  auto& im = *impl_;
+  std::vector<std::string> listed;
+  for (int64_t r : ranks) {
+    listed.push_back(std::to_string(r));
+  }
+  const auto shown = "subgroup '" + name + "' of ranks [" +
+                     ampkit::detail::join(listed, ", ") + "]";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= im.env.world_size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      throw InvalidArgument(
+          component::kDistributed,
+          shown + ": ranks must be increasing, each from 0 to " +
+              std::to_string(im.env.world_size - 1) + ".");
+    }
+  }
+  const auto at = std::find(ranks.begin(), ranks.end(), im.env.rank);
+  if (at == ranks.end()) {
+    throw UsageError(
+        component::kDistributed,
+        shown + ": this process (rank " + std::to_string(im.env.rank) +
+            ") is not one of them; only its members create a subgroup.");
+  }
+  std::shared_ptr<ProcessGroup> sub(new ProcessGroup());
+  auto& s = *sub->impl_;
+  s.env = im.env;
+  s.env.rank = at - ranks.begin();
+  s.env.world_size = static_cast<int64_t>(ranks.size());
+  s.options = im.options;
+  s.backend = im.backend;
+  s.device = im.device;
+  s.rendezvous = im.rendezvous + ", subgroup " + name;
+  s.network = im.network;
+  s.bind_host = im.bind_host;
+  s.root_store = im.root_store ? im.root_store : im.store;
+  for (int64_t r : ranks) {
+    s.members.push_back(im.global_rank(r));
+  }
+  s.store = c10::make_intrusive<c10d::PrefixStore>(
+      "ampkit/subgroup/" + name, im.store);
+  const int rank = static_cast<int>(s.env.rank);
+  const int size = static_cast<int>(s.env.world_size);
+  try {
+    if (s.backend == "nccl") {
+      s.pg = detail::make_nccl_group(s.store, rank, size, s.options.timeout());
+    } else {
+      s.pg = detail::make_gloo_group(
+          s.store, rank, size, s.options.timeout(), s.bind_host);
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (...) {
+    rethrow_explained("creating the " + shown);
+  }
+  return sub;
+}
+
 ProcessGroup::~ProcessGroup() {
   auto& im = *impl_;
   ProcessGroup* self = this;
@@ -332,9 +394,10 @@ void ProcessGroup::report_failure(const std::string& message) noexcept {
   }
   try {
     const std::string text = message.substr(0, 4000);
-    im.store->set(
-        failure_key(im.env.rank),
-        std::vector<uint8_t>(text.begin(), text.end()));
+    (im.root_store ? im.root_store : im.store)
+        ->set(
+            failure_key(im.global_rank(im.env.rank)),
+            std::vector<uint8_t>(text.begin(), text.end()));
   } catch (...) {
     // The store may be gone with rank 0; the others then time out.
   }
@@ -358,13 +421,15 @@ void ProcessGroup::rethrow_explained(const std::string& operation) {
       std::min<std::chrono::milliseconds>(
           im.options.timeout(), std::chrono::milliseconds(2000));
   do {
-    for (int64_t r = 0; r < im.env.world_size; ++r) {
-      if (r == im.env.rank) {
+    const auto& store = im.root_store ? im.root_store : im.store;
+    for (int64_t k = 0; k < im.env.world_size; ++k) {
+      if (k == im.env.rank) {
         continue;
       }
+      const int64_t r = im.global_rank(k);
       try {
-        if (im.store && im.store->check({failure_key(r)})) {
-          const auto bytes = im.store->get(failure_key(r));
+        if (store && store->check({failure_key(r)})) {
+          const auto bytes = store->get(failure_key(r));
           causes += (causes.empty() ? "" : "; ") + std::string("rank ") +
                     std::to_string(r) +
                     " failed: " + std::string(bytes.begin(), bytes.end());
@@ -389,13 +454,13 @@ void ProcessGroup::rethrow_explained(const std::string& operation) {
     im.peer_failed = true;
     throw DistributedError(
         component::kDistributed,
-        operation + " on rank " + std::to_string(im.env.rank) +
+        operation + " on rank " + std::to_string(im.global_rank(im.env.rank)) +
             " stopped because " + causes + " (the " + im.backend +
             " error here: " + original + ")");
   }
   throw DistributedError(
       component::kDistributed,
-      operation + " on rank " + std::to_string(im.env.rank) +
+      operation + " on rank " + std::to_string(im.global_rank(im.env.rank)) +
           " failed: " + original +
           ". No other rank reported an error: one may have been killed, "
           "stuck past the timeout (" +

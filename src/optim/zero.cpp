@@ -316,52 +316,6 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
   reduced_ = false;
 }
 
-namespace {
-
-// An optimizer state's fields by name (what its serialize() writes: the
-// tensors and the numbers), and back.
-std::vector<std::pair<std::string, c10::IValue>> fields_of(
-    const torch::optim::OptimizerParamState& state) {
-  torch::serialize::OutputArchive out;
-  state.serialize(out);
-  std::stringstream bytes;
-  out.save_to(bytes);
-  torch::serialize::InputArchive in;
-  in.load_from(bytes);
-  std::vector<std::pair<std::string, c10::IValue>> fields;
-  for (const auto& key : in.keys()) {
-    c10::IValue value;
-    in.read(key, value);
-    fields.emplace_back(key, std::move(value));
-  }
-  return fields;
-}
-
-std::unique_ptr<torch::optim::OptimizerParamState> state_from(
-    const torch::optim::OptimizerParamState& like,
-    const std::map<std::string, c10::IValue>& fields) {
-  torch::serialize::OutputArchive out;
-  for (const auto& [key, value] : fields) {
-    out.write(key, value);
-  }
-  std::stringstream bytes;
-  out.save_to(bytes);
-  torch::serialize::InputArchive in;
-  in.load_from(bytes);
-  auto state = like.clone();
-  state->serialize(in);
-  return state;
-}
-
-bool same_value(const c10::IValue& a, const c10::IValue& b) {
-  if (a.isTensor() || b.isTensor()) {
-    return a.isTensor() && b.isTensor() && a.toTensor().equal(b.toTensor());
-  }
-  return a == b;
-}
-
-}  // namespace
-
 void ShardedOptimizer::load_resplit(
     const std::vector<int64_t>& saved,
     const std::function<void(int64_t)>& load) {
@@ -434,7 +388,7 @@ void ShardedOptimizer::load_resplit(
         // group's slice lies wholly before or after it).
         const int64_t from = std::clamp(begin - starts[g], int64_t{0}, length);
         const int64_t to = std::clamp(end - starts[g], from, length);
-        for (auto& [key, value] : fields_of(*it->second)) {
+        for (auto& [key, value] : ampkit::detail::state_fields(*it->second)) {
           if (value.isTensor()) {
             const auto& t = value.toTensor();
             if (t.numel() != length) {
@@ -451,7 +405,7 @@ void ShardedOptimizer::load_resplit(
             continue;
           }
           auto [known, fresh] = found[g].values.emplace(key, value);
-          if (!fresh && !same_value(known->second, value)) {
+          if (!fresh && !ampkit::detail::same_field(known->second, value)) {
             throw InvalidArgument(
                 component::kZero,
                 "the saved shards disagree on '" + key + "' of param group " +
@@ -487,7 +441,7 @@ void ShardedOptimizer::load_resplit(
         fields[key] = joined.clone();
       }
       optimizer_.state()[ampkit::detail::state_key(mine[g])] =
-          state_from(*found[g].like, fields);
+          ampkit::detail::state_with_fields(*found[g].like, fields);
     }
   } catch (...) {
     restore();

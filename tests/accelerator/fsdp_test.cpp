@@ -15,6 +15,7 @@
 #include "ampkit/error.h"
 #include "ampkit/utils/memory.h"
 #include "test_util.h"
+#include "utils/optimizer_state.h"
 
 namespace ampkit::fsdp_test {
 
@@ -221,6 +222,79 @@ TEST(FsdpTest, ActivationCheckpointingKeepsOnlyTheUnitsInputsForBackward) {
   EXPECT_LT(kept[1] * 2, kept[0]) << kept[0] << " vs " << kept[1];
 }
 
+// Resuming on another process count: AdamW's state saved by 3 processes
+// (each buffer's state in three padded parts) is joined for this process's
+// shards, element for element.
+TEST(FsdpTest, OptimizerStateSavedByAnotherProcessCountIsResharded) {
+  Tower net = make_tower(4);
+  torch::optim::AdamW adamw(net->parameters(), 0.01);
+  dist::FullyShardedModel fsdp(
+      net.ptr(), nullptr, blocks(dist::ShardingStrategy::full_shard));
+  fsdp.take_over(adamw);
+  const auto shards = adamw.param_groups()[0].params();
+  ASSERT_EQ(shards.size(), 3u);  // the root, b0, b1
+  constexpr int64_t kSaved = 3;
+  // What each of the 3 processes saved: AdamW after one step on its part.
+  std::vector<std::string> files;
+  std::vector<torch::Tensor> expected;  // each buffer's whole exp_avg
+  for (int64_t q = 0; q < kSaved; ++q) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& shard : shards) {
+      const int64_t part = (shard.numel() + kSaved - 1) / kSaved;
+      auto p = torch::zeros({part}, torch::requires_grad());
+      p.mutable_grad() = torch::randn({part});
+      parts.push_back(p);
+    }
+    torch::optim::AdamW saved(parts, 0.01);
+    saved.step();
+    torch::serialize::OutputArchive archive;
+    saved.save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    files.push_back(bytes.str());
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto& state = static_cast<torch::optim::AdamWParamState&>(
+          *saved.state().at(detail::state_key(parts[k])));
+      expected.resize(parts.size());
+      expected[k] = expected[k].defined()
+                        ? torch::cat({expected[k], state.exp_avg()})
+                        : state.exp_avg().clone();
+    }
+  }
+  fsdp.load_resharded(adamw, kSaved, [&](int64_t q) {
+    std::istringstream in(files[static_cast<size_t>(q)]);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    adamw.load(archive);
+  });
+  EXPECT_EQ(adamw.param_groups()[0].params().size(), 3u);
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const auto& state = static_cast<torch::optim::AdamWParamState&>(
+        *adamw.state().at(detail::state_key(shards[k])));
+    EXPECT_EQ(state.step(), 1);
+    EXPECT_TRUE(torch::equal(
+        state.exp_avg(), expected[k].narrow(0, 0, shards[k].numel())))
+        << "buffer " << k;
+  }
+  // Saved parts that cover less than the buffers: refused, state as before.
+  adamw.state().clear();
+  AMPKIT_EXPECT_THROWS_WITH(
+      fsdp.load_resharded(
+          adamw,
+          1,
+          [&](int64_t) {
+            std::istringstream in(files[0]);
+            torch::serialize::InputArchive archive;
+            archive.load_from(in);
+            adamw.load(archive);
+          }),
+      InvalidArgument,
+      "saved by 1 processes holds");
+  EXPECT_TRUE(adamw.state().empty());
+  EXPECT_EQ(
+      adamw.param_groups()[0].params()[0].data_ptr(), shards[0].data_ptr());
+}
+
 // FULL_SHARD: between uses a unit's parameters hold nothing; inside a
 // summon_full_params scope every one holds its value.
 TEST(FsdpTest, ParametersAreFreedBetweenUses) {
@@ -308,7 +382,13 @@ TEST(FsdpTest, WhatItCannotDoIsRefusedWithTheReason) {
                       .fsdp(dist::FsdpOptions())
                       .gradient_compression(Precision::bf16)),
       InvalidArgument);
-  EXPECT_THROW(dist::parse_sharding_strategy("HYBRID_SHARD"), InvalidArgument);
+  EXPECT_EQ(
+      dist::parse_sharding_strategy("HYBRID_SHARD"),
+      dist::ShardingStrategy::hybrid_shard);
+  AMPKIT_EXPECT_THROWS_WITH(
+      dist::parse_sharding_strategy("_HYBRID_SHARD_ZERO2"),
+      InvalidArgument,
+      "_HYBRID_SHARD_ZERO2 (HYBRID_SHARD keeping");
   // An optimizer over tensors that are not the model's.
   Accelerator accelerator(quiet().fsdp(dist::FsdpOptions()));
   auto model = accelerator.prepare(net);

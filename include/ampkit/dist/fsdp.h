@@ -46,9 +46,14 @@ enum class ShardingStrategy {
   /// Nothing sharded: every process holds everything, gradients are
   /// all-reduced (DDP through FSDP's machinery).
   no_shard,
+  /// FULL_SHARD within each machine (LOCAL_WORLD_SIZE processes), each
+  /// machine a replica: gradients are reduce-scattered within the machine,
+  /// then all-reduced across machines.
+  hybrid_shard,
 };
-/// "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD" (accelerate's names, also its
-/// numbers 1, 2, 3); an InvalidArgument naming the value otherwise.
+/// "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" (accelerate's
+/// names, also its numbers 1 to 4); an InvalidArgument naming the value
+/// otherwise.
 ShardingStrategy parse_sharding_strategy(const std::string& value);
 std::string to_string(ShardingStrategy strategy);
 
@@ -225,6 +230,16 @@ class FullyShardedModel {
   /// (a load into them).
   void gather_all();
   void release_all(bool keep_values);
+
+  /// Loads `optimizer` (taken over) from state saved by `saved_processes`
+  /// processes under another layout: `load(q)` loads process q's file into
+  /// the optimizer; each buffer's state is joined from the saved shards
+  /// and this process keeps its own shard. An InvalidArgument when the
+  /// saved shards do not cover the buffers.
+  void load_resharded(
+      torch::optim::Optimizer& optimizer,
+      int64_t saved_processes,
+      const std::function<void(int64_t)>& load);
 
   const FsdpOptions& options() const;
   struct Impl;

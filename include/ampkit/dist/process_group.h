@@ -113,6 +113,16 @@ class ProcessGroup {
   /// calls it and throws when they differ.
   std::vector<std::vector<int64_t>> all_shapes(const torch::Tensor& tensor);
 
+  /// A group of some of this group's processes (`ranks`: increasing, in
+  /// this group's numbering, this process among them), as
+  /// torch.distributed.new_group: only its members call it, at the same
+  /// point, with the same `name` (which keeps subgroups' rendezvous apart).
+  /// Its collectives number the members 0, 1, ...; its errors name the
+  /// whole run's ranks. An InvalidArgument for ranks out of order or out of
+  /// range, a UsageError when this process is not among them.
+  std::shared_ptr<ProcessGroup> subgroup(
+      const std::string& name, const std::vector<int64_t>& ranks);
+
   /// Tells the other processes that this one failed with `message`, so
   /// that their waits end with an error naming this rank.
   void report_failure(const std::string& message) noexcept;
@@ -127,6 +137,7 @@ class ProcessGroup {
   }
 
  private:
+  ProcessGroup();  // subgroup's
   std::unique_ptr<Impl> impl_;
 };
 
