@@ -2,8 +2,8 @@
 # FSDP and ZeRO-2 against DDP on the CPU (Gloo), side by side in one run:
 # examples/gpt (the small configuration unless CONFIG is given) trained for
 # STEPS optimizer steps on 2 processes, one intra-op thread each, as DDP,
-# zero_stage 2, FSDP FULL_SHARD, SHARD_GRAD_OP, and FULL_SHARD with
-# activation checkpointing; 3 rounds alternating, medians. Reported: the
+# zero_stage 2, FSDP FULL_SHARD (without and with forward and backward
+# prefetch), SHARD_GRAD_OP, and FULL_SHARD with activation checkpointing; 3 rounds alternating, medians. Reported: the
 # training throughput (tokens/s) as a step-time ratio to DDP's, and the
 # bytes a process holds between steps (parameters, gradients, optimizer
 # state: the summary's held_bytes), the most tensor memory allocated at
@@ -23,10 +23,11 @@ declare -A flags=(
   [ddp]=""
   [zero2]="--zero-stage 2"
   [full_shard]="--fsdp FULL_SHARD"
+  [full_shard_prefetch]="--fsdp FULL_SHARD --forward-prefetch --backward-prefetch BACKWARD_PRE"
   [shard_grad_op]="--fsdp SHARD_GRAD_OP"
   [full_shard_ac]="--fsdp FULL_SHARD --activation-checkpointing"
 )
-order=(ddp zero2 full_shard shard_grad_op full_shard_ac)
+order=(ddp zero2 full_shard full_shard_prefetch shard_grad_op full_shard_ac)
 for round in 1 2 3; do
   for name in "${order[@]}"; do
     # shellcheck disable=SC2086

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# examples/gpt on 2 processes (N with FSDP_TEST_PROCESSES), as DDP and with FSDP (each transformer block
-# a unit): FULL_SHARD, and SHARD_GRAD_OP with activation checkpointing. With
+# examples/gpt on 2 processes (N with FSDP_TEST_PROCESSES), as DDP and with
+# FSDP (each transformer block a unit): FULL_SHARD with forward and
+# backward prefetch, and SHARD_GRAD_OP with activation checkpointing. With
 # AdamW, gradient accumulation 2 and clipping (gradient_clipping 1.0), every
 # FSDP run ends at DDP's weights within 1e-6, and holds at most
 # (1/N + 5%) of DDP's bytes for parameters, gradients and optimizer state.
@@ -46,12 +47,13 @@ run() {
 
 half=$((steps / 2))
 run ddp --checkpointing-steps "$half"
-run full_shard --fsdp FULL_SHARD --checkpointing-steps "$half"
+prefetch=(--forward-prefetch --backward-prefetch BACKWARD_PRE)
+run full_shard --fsdp FULL_SHARD "${prefetch[@]}" --checkpointing-steps "$half"
 ckpt="$out/full_shard/checkpoints/checkpoint_$half"
 [ -f "$ckpt/manifest.json" ] || fail "no checkpoint_$half"
 mkdir -p "$out/resumed/checkpoints"
 cp -r "$ckpt" "$out/resumed/checkpoints/"
-run resumed --fsdp FULL_SHARD --resume-from-checkpoint latest
+run resumed --fsdp FULL_SHARD "${prefetch[@]}" --resume-from-checkpoint latest
 grep -q "resumed from .*checkpoint_$half at step $half" "$out/resumed.0.log" ||
   fail "did not resume from checkpoint_$half: $(cat "$out/resumed.0.log")"
 cmp "$out/full_shard/model/model.safetensors" "$out/resumed/model/model.safetensors" ||
@@ -60,7 +62,8 @@ n=$((n + 1)) per=$((n))
 mkdir -p "$out/other_count/checkpoints" "$out/ddp_other_count/checkpoints"
 cp -r "$ckpt" "$out/other_count/checkpoints/"
 cp -r "$out/ddp/checkpoints/checkpoint_$half" "$out/ddp_other_count/checkpoints/"
-run other_count --fsdp FULL_SHARD --resume-from-checkpoint latest --reset-schedule
+run other_count --fsdp FULL_SHARD --backward-prefetch BACKWARD_POST \
+  --resume-from-checkpoint latest --reset-schedule
 run ddp_other_count --resume-from-checkpoint latest --reset-schedule
 grep -q "resumed from .*checkpoint_$half at step $half" "$out/other_count.0.log" ||
   fail "did not resume on $n processes: $(cat "$out/other_count.0.log")"

@@ -163,6 +163,8 @@ struct Args : examples::RunFlags {
   std::string tf32 = "default";  // on, off, or LibTorch's default
   std::string fsdp;  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD
   bool activation_checkpointing = false;
+  std::string backward_prefetch = "NO_PREFETCH";
+  bool forward_prefetch = false;
 };
 
 struct Preset {
@@ -259,7 +261,10 @@ int run(const Args& args) {
                      .strategy(ampkit::dist::parse_sharding_strategy(
                          args.fsdp.empty() ? "NO_SHARD" : args.fsdp))
                      .wrap_types({"Block"})
-                     .activation_checkpointing(args.activation_checkpointing));
+                     .activation_checkpointing(args.activation_checkpointing)
+                     .backward_prefetch(ampkit::dist::parse_backward_prefetch(
+                         args.backward_prefetch))
+                     .forward_prefetch(args.forward_prefetch));
   }
   if (args.tf32 != "default") {
     // fp32 matmuls and convolutions on TF32 tensor cores (on), or strict
@@ -557,8 +562,15 @@ int main(int argc, char** argv) {
       args.fsdp,
       "shard the model with FSDP, each transformer block a unit: "
       "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default: DDP, "
-      "or the "
-      "launcher's ACCELERATE_USE_FSDP)");
+      "or the launcher's ACCELERATE_USE_FSDP)");
+  app.add_option(
+      examples::flags("backward-prefetch"),
+      args.backward_prefetch,
+      "with --fsdp: BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH (default)");
+  app.add_flag(
+      examples::flags("forward-prefetch"),
+      args.forward_prefetch,
+      "with --fsdp: gather the next block while this one computes");
   app.add_flag(
       examples::flags("activation-checkpointing"),
       args.activation_checkpointing,

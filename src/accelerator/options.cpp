@@ -255,6 +255,12 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
   if (auto v = env("FSDP_ACTIVATION_CHECKPOINTING")) {
     o.activation_checkpointing(env_bool("FSDP_ACTIVATION_CHECKPOINTING", *v));
   }
+  if (auto v = env("FSDP_BACKWARD_PREFETCH")) {
+    o.backward_prefetch(dist::parse_backward_prefetch(upper(*v)));
+  }
+  if (auto v = env("FSDP_FORWARD_PREFETCH")) {
+    o.forward_prefetch(env_bool("FSDP_FORWARD_PREFETCH", *v));
+  }
   // What ampkit does not build, each with the one value it accepts (a
   // boolean's "false" also stands for unset) and the reason.
   struct Only {
@@ -267,15 +273,6 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
        "false",
        "offloading parameters to the CPU is not built in ampkit. Set "
        "fsdp_offload_params: false."},
-      {"FSDP_BACKWARD_PREFETCH",
-       "NO_PREFETCH",
-       "ampkit's FSDP gathers each unit when its backward begins, without "
-       "prefetching the next one. Set fsdp_backward_prefetch: NO_PREFETCH "
-       "(or leave it out)."},
-      {"FSDP_FORWARD_PREFETCH",
-       "false",
-       "forward prefetch is not built in ampkit. Set fsdp_forward_prefetch: "
-       "false."},
       {"FSDP_STATE_DICT_TYPE",
        "FULL_STATE_DICT",
        "ampkit saves FULL_STATE_DICT (the whole model's weights, and each "
@@ -664,6 +661,12 @@ ResolvedAcceleratorOptions resolve_options(
     }
     if (r.fsdp->activation_checkpointing()) {
       text += ", activation checkpointing";
+    }
+    if (r.fsdp->forward_prefetch()) {
+      text += ", forward prefetch";
+    }
+    if (r.fsdp->backward_prefetch() != dist::BackwardPrefetch::none) {
+      text += ", " + dist::to_string(r.fsdp->backward_prefetch());
     }
     add("fsdp", text, fsdp_source);
   }

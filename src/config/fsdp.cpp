@@ -141,15 +141,19 @@ void read_fsdp_config(
     } else if (
         key == "fsdp_backward_prefetch" ||
         key == "fsdp_backward_prefetch_policy") {
-      if (!value.empty() && word != "NO_PREFETCH") {
+      const std::vector<std::string> ok = {
+          "BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+      if (!value.empty() && !contains(ok, word)) {
         fail(
-            shown +
-            ": ampkit's FSDP gathers a unit when its backward begins, without "
-            "prefetching the next. Valid value: NO_PREFETCH.");
+            shown + " is not a backward prefetch policy. Valid values: " +
+            ampkit::detail::join(ok, ", ") + ".");
+      }
+      if (!value.empty() && word != "NO_PREFETCH") {
+        set("FSDP_BACKWARD_PREFETCH", word);
       }
     } else if (key == "fsdp_forward_prefetch") {
       if (boolean()) {
-        fail(shown + ": forward prefetch is not built in ampkit. Set false.");
+        set("FSDP_FORWARD_PREFETCH", "true");
       }
     } else if (key == "fsdp_offload_params") {
       if (boolean()) {

@@ -59,6 +59,35 @@ std::string to_string(ShardingStrategy strategy) {
   return "?";
 }
 
+BackwardPrefetch parse_backward_prefetch(const std::string& value) {
+  if (value == "BACKWARD_PRE" || value == "1") {
+    return BackwardPrefetch::backward_pre;
+  }
+  if (value == "BACKWARD_POST" || value == "2") {
+    return BackwardPrefetch::backward_post;
+  }
+  if (value == "NO_PREFETCH" || value == "3") {
+    return BackwardPrefetch::none;
+  }
+  throw InvalidArgument(
+      component::kDistributed,
+      "fsdp_backward_prefetch: expected BACKWARD_PRE, BACKWARD_POST or "
+      "NO_PREFETCH (or accelerate's 1, 2, 3), got '" +
+          value + "'.");
+}
+
+std::string to_string(BackwardPrefetch prefetch) {
+  switch (prefetch) {
+    case BackwardPrefetch::backward_pre:
+      return "BACKWARD_PRE";
+    case BackwardPrefetch::backward_post:
+      return "BACKWARD_POST";
+    case BackwardPrefetch::none:
+      return "NO_PREFETCH";
+  }
+  return "?";
+}
+
 namespace detail {
 
 /// One flat buffer: parameters of one unit that share a dtype, whether
@@ -79,6 +108,8 @@ struct FlatParam {
   // sums them in .grad); undefined otherwise.
   torch::Tensor pending;
   bool gathered = false;
+  // A prefetch's all-gather into `full`, not yet waited for.
+  PendingCollective inflight;
 };
 
 struct FsdpUnit {
@@ -121,6 +152,12 @@ struct FullyShardedModel::Impl {
   int64_t peak_gathered_bytes = 0;
   bool summoned = false;  // gather_all until release_all: nothing freed
   bool sync = true;       // the current micro-step's backward reduces
+  // The units the forward with gradients since before_forward entered, in
+  // order, and those of the forward before it (what prefetch follows).
+  std::vector<FsdpUnit*> order_now;
+  std::vector<FsdpUnit*> order;
+  // Backward's place in order_now: units run backward in reverse.
+  size_t backward_cursor = 0;
   std::vector<torch::Tensor> optimizer_params;  // take_over's, in order
 
   bool sharded() const {
@@ -137,8 +174,12 @@ struct FullyShardedModel::Impl {
       const std::vector<torch::Tensor>& values);
   void gather(FsdpUnit& u);
   void gather(FlatParam& f);
-  /// The shards of every process into f.full (allocated).
-  void fill(FlatParam& f);
+  /// Allocates f.full and issues the all-gather of the shards into it
+  /// (waited for by gather).
+  void start_gather(FlatParam& f);
+  /// Issues the gathers of the unit `step` places from `at` in
+  /// `order_now` (prefetch), where there is one.
+  void prefetch(size_t at, int step);
   void release(FsdpUnit& u);
   void release(FlatParam& f);
   /// Reduce-scatters `grads` (one per parameter of f, undefined for none)
@@ -282,6 +323,9 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
     FsdpUnit& u = *call->unit;
     auto& m = *u.owner;
     m.gather(u);
+    if (m.options.forward_prefetch()) {
+      m.prefetch(m.order_now.size() - 1, +1);
+    }
     for (const auto& x : inputs) {
       torch::Tensor d = x.detach();
       if (x.requires_grad()) {
@@ -316,7 +360,21 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
         ctx->saved_data["call"].toCapsule());
     FsdpUnit& u = *call->unit;
     auto& m = *u.owner;
+    // Units run backward in the reverse of their forward order; the unit
+    // before this one in the forward comes next.
+    size_t at = m.backward_cursor;
+    while (at > 0 && m.order_now[at - 1] != &u) {
+      --at;
+    }
+    const bool placed = at > 0;
+    if (placed) {
+      m.backward_cursor = --at;
+    }
     m.gather(u);
+    const auto prefetch = m.options.backward_prefetch();
+    if (placed && prefetch == BackwardPrefetch::backward_pre) {
+      m.prefetch(at, -1);
+    }
     torch::Tensor out = call->output;
     if (call->rng) {
       // Recompute with the random and autocast state of the first run.
@@ -353,6 +411,9 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
           /*allow_unused=*/true);
     } else {
       grads.resize(wrt.size());
+    }
+    if (placed && prefetch == BackwardPrefetch::backward_post) {
+      m.prefetch(at, -1);
     }
     {
       torch::NoGradGuard no_grad;
@@ -427,25 +488,17 @@ FlatParam FullyShardedModel::Impl::make_flat(
   return f;
 }
 
-void FullyShardedModel::Impl::fill(FlatParam& f) {
-  torch::NoGradGuard no_grad;
-  if (!sharded()) {
-    return;  // the parameters are the shard
-  }
-  if (world == 1) {
-    f.full.copy_(f.shard.detach());
-  } else {
-    group->all_gather_into(f.full, f.shard.detach());
-  }
-}
-
-void FullyShardedModel::Impl::gather(FlatParam& f) {
+void FullyShardedModel::Impl::start_gather(FlatParam& f) {
   if (f.gathered) {
     return;
   }
   torch::NoGradGuard no_grad;
   set_storage(f.full, true);
-  fill(f);
+  if (world == 1) {
+    f.full.copy_(f.shard.detach());
+  } else {
+    f.inflight = group->all_gather_into_async(f.full, f.shard.detach());
+  }
   for (size_t i = 0; i < f.params.size(); ++i) {
     f.params[i].set_data(
         f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
@@ -453,6 +506,25 @@ void FullyShardedModel::Impl::gather(FlatParam& f) {
   f.gathered = true;
   gathered_bytes += f.full.numel() * f.full.element_size();
   peak_gathered_bytes = std::max(peak_gathered_bytes, gathered_bytes);
+}
+
+void FullyShardedModel::Impl::gather(FlatParam& f) {
+  start_gather(f);
+  f.inflight.wait();
+}
+
+void FullyShardedModel::Impl::prefetch(size_t at, int step) {
+  // The forward before this one ran the same units in the same order up
+  // to here: the next unit is the one it ran next.
+  const auto next = static_cast<std::ptrdiff_t>(at) + step;
+  const auto& seen = step > 0 ? order : order_now;
+  if (next < 0 || next >= static_cast<std::ptrdiff_t>(seen.size()) ||
+      (step > 0 && (at >= order.size() || order[at] != order_now[at]))) {
+    return;
+  }
+  for (auto& f : seen[static_cast<size_t>(next)]->flats) {
+    start_gather(f);
+  }
 }
 
 void FullyShardedModel::Impl::gather(FsdpUnit& u) {
@@ -465,6 +537,7 @@ void FullyShardedModel::Impl::release(FlatParam& f) {
   if (!f.gathered || !sharded() || summoned) {
     return;
   }
+  f.inflight.wait();  // its memory is the gather's target
   torch::NoGradGuard no_grad;
   for (auto& p : f.params) {
     p.set_data(f.empty);
@@ -578,6 +651,8 @@ torch::Tensor detail::fsdp_run(
     return out;
   }
   ++u.forwards;
+  m.order_now.push_back(&u);
+  m.backward_cursor = m.order_now.size();
   auto call = c10::make_intrusive<UnitCall>();
   call->unit = unit;
   call->forward = std::move(forward);
@@ -904,6 +979,11 @@ void FullyShardedModel::before_forward(bool sync) {
   for (auto& u : im.units) {
     u->entered = false;
   }
+  if (!im.order_now.empty()) {
+    im.order = std::move(im.order_now);
+    im.order_now.clear();
+  }
+  im.backward_cursor = 0;
   im.gather(*im.units[0]);
 }
 
@@ -926,6 +1006,10 @@ void FullyShardedModel::after_forward_without_grad() {
 void FullyShardedModel::after_backward() {
   auto& im = *impl_;
   FsdpUnit& root = *im.units[0];
+  // A unit gathered ahead (prefetch) whose backward did not come.
+  for (size_t k = 1; k < im.units.size(); ++k) {
+    im.release(*im.units[k]);
+  }
   if (!im.sync) {
     // An accumulation micro-step: the root's gradients stay in .grad (the
     // next backward adds to them), so its parameters stay gathered.

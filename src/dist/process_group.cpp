@@ -601,6 +601,11 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(
 
 void ProcessGroup::all_gather_into(
     torch::Tensor& output, const torch::Tensor& input) {
+  all_gather_into_async(output, input).wait();
+}
+
+PendingCollective ProcessGroup::all_gather_into_async(
+    torch::Tensor& output, const torch::Tensor& input) {
   const int64_t n = input.numel();
   if (output.numel() != n * size() || !output.is_contiguous()) {
     throw InvalidArgument(
@@ -611,22 +616,41 @@ void ProcessGroup::all_gather_into(
             std::to_string(output.numel()) + ".");
   }
   check_same(*this, "gather (all_gather_into)", input);
+  const std::string operation = "gather (all_gather_into)";
   try {
     std::vector<at::Tensor> inputs{
         for_backend(*impl_, input.reshape({-1})).contiguous()};
     const bool direct = output.device() == inputs[0].device();
     at::Tensor target =
         direct ? output : at::empty({n * size()}, inputs[0].options());
+    at::Tensor flat = target.view({-1});
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int64_t r = 0; r < size(); ++r) {
-      outputs[0].push_back(target.view({-1}).narrow(0, r * n, n));
+      outputs[0].push_back(flat.narrow(0, r * n, n));
     }
-    impl_->pg->allgather(outputs, inputs)->wait();
-    if (!direct) {
-      output.copy_(target.view(output.sizes()));
-    }
+    // NCCL: one flat buffer in, one out, no list of views.
+    auto work = impl_->backend == "nccl"
+                    ? impl_->pg->_allgather_base(flat, inputs[0])
+                    : impl_->pg->allgather(outputs, inputs);
+    return PendingCollective([this,
+                              work,
+                              inputs,
+                              outputs,
+                              target,
+                              output,
+                              direct,
+                              operation]() mutable {
+      try {
+        work->wait();
+        if (!direct) {
+          output.copy_(target.view(output.sizes()));
+        }
+      } catch (...) {
+        rethrow_explained(operation);
+      }
+    });
   } catch (...) {
-    rethrow_explained("gather (all_gather_into)");
+    rethrow_explained(operation);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 
 #include "ampkit/error.h"
 #include "ampkit/utils/memory.h"
@@ -23,6 +24,9 @@ namespace ampkit {
 
 namespace {
 
+// Each allocation's data pointer is also its context, as LibTorch's own
+// CPU allocator makes it (raw_allocate and raw_deallocate rely on that):
+// the inner allocation and its size are kept in a table by data pointer.
 class CountingCpuAllocator final : public c10::Allocator {
  public:
   explicit CountingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
@@ -31,10 +35,19 @@ class CountingCpuAllocator final : public c10::Allocator {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
-    // The inner pointer (and its deleter) rides along as the context.
-    auto* record = new Record{std::move(inner), static_cast<int64_t>(n)};
-    add(record->bytes);
-    return {data, record, &CountingCpuAllocator::release, device};
+    if (data == nullptr) {
+      return inner;  // nothing allocated (0 bytes)
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_.emplace(data, Live{std::move(inner), static_cast<int64_t>(n)});
+    }
+    add(static_cast<int64_t>(n));
+    return {data, data, &CountingCpuAllocator::release, device};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &CountingCpuAllocator::release;
   }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -51,16 +64,33 @@ class CountingCpuAllocator final : public c10::Allocator {
     peak_.store(allocated_.load());
   }
 
+  static std::atomic<CountingCpuAllocator*>& instance_slot() {
+    static std::atomic<CountingCpuAllocator*> slot{nullptr};
+    return slot;
+  }
+
  private:
-  struct Record {
-    c10::DataPtr inner;
-    int64_t bytes;
+  struct Live {
+    c10::DataPtr inner;  // frees through LibTorch's deleter when dropped
+    int64_t bytes = 0;
   };
 
-  static void release(void* context) {
-    auto* record = static_cast<Record*>(context);
-    instance()->allocated_.fetch_sub(record->bytes);
-    delete record;  // frees through LibTorch's deleter
+  static void release(void* data) {
+    CountingCpuAllocator* self = instance_slot().load();
+    if (data == nullptr || self == nullptr) {
+      return;
+    }
+    Live gone;
+    {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      auto it = self->live_.find(data);
+      if (it == self->live_.end()) {
+        return;
+      }
+      gone = std::move(it->second);
+      self->live_.erase(it);
+    }
+    self->allocated_.fetch_sub(gone.bytes);
   }
   void add(int64_t bytes) const {
     const int64_t now = allocated_.fetch_add(bytes) + bytes;
@@ -69,17 +99,9 @@ class CountingCpuAllocator final : public c10::Allocator {
     }
   }
 
- public:
-  static std::atomic<CountingCpuAllocator*>& instance_slot() {
-    static std::atomic<CountingCpuAllocator*> slot{nullptr};
-    return slot;
-  }
-  static CountingCpuAllocator* instance() {
-    return instance_slot().load();
-  }
-
- private:
   c10::Allocator* inner_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, Live> live_;
   mutable std::atomic<int64_t> allocated_{0};
   mutable std::atomic<int64_t> peak_{0};
 };
@@ -94,7 +116,7 @@ void check_device(c10::Device device) {
 }
 
 CountingCpuAllocator& cpu_counter() {
-  CountingCpuAllocator* counter = CountingCpuAllocator::instance();
+  CountingCpuAllocator* counter = CountingCpuAllocator::instance_slot().load();
   if (counter == nullptr) {
     throw UsageError(
         component::kMemory,

@@ -295,6 +295,51 @@ TEST(FsdpTest, OptimizerStateSavedByAnotherProcessCountIsResharded) {
       adamw.param_groups()[0].params()[0].data_ptr(), shards[0].data_ptr());
 }
 
+// Prefetch: from the second step on, the next unit's gather is issued while
+// the current one computes (two units gathered at once, the memory it
+// costs), and training is the same.
+TEST(FsdpTest, PrefetchGathersTheNextUnitAheadAndTrainsTheSame) {
+  std::vector<int64_t> peaks;
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (bool prefetch : {false, true}) {
+    Tower net = make_tower(6);
+    dist::FullyShardedModel fsdp(
+        net.ptr(),
+        nullptr,
+        blocks(dist::ShardingStrategy::full_shard)
+            .forward_prefetch(prefetch)
+            .backward_prefetch(
+                prefetch ? dist::BackwardPrefetch::backward_pre
+                         : dist::BackwardPrefetch::none));
+    torch::manual_seed(2);
+    std::vector<torch::Tensor> g;
+    for (int step = 0; step < 2; ++step) {
+      fsdp.take_peak_gathered_bytes();
+      fsdp.before_forward();
+      net(torch::randn({4, 6})).square().mean().backward();
+      fsdp.after_backward();
+      for (const auto& s : fsdp.shards()) {
+        g.push_back(s.grad().clone());
+      }
+    }
+    peaks.push_back(fsdp.take_peak_gathered_bytes());
+    grads.push_back(g);
+    // Nothing stays gathered after the step but the root's, freed too.
+    for (const auto& p : net->b0->parameters()) {
+      EXPECT_EQ(p.numel(), 0);
+    }
+  }
+  // The root (in 6x8, out 8x1) and one block (8x16, 16x8 and biases) at
+  // most without; a second block with prefetch.
+  const int64_t root = (6 * 8 + 8 + 8 + 1) * 4;
+  const int64_t block = (8 * 16 + 16 + 16 * 8 + 8) * 4;
+  EXPECT_EQ(peaks[0], root + block);
+  EXPECT_EQ(peaks[1], root + 2 * block);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << i;
+  }
+}
+
 // FULL_SHARD: between uses a unit's parameters hold nothing; inside a
 // summon_full_params scope every one holds its value.
 TEST(FsdpTest, ParametersAreFreedBetweenUses) {
@@ -433,7 +478,8 @@ TEST(FsdpTest, AccelerateLaunchVariablesSelectIt) {
   // accelerate's defaults for these train the same in ampkit.
   ScopedEnv ram("FSDP_CPU_RAM_EFFICIENT_LOADING", "true");
   ScopedEnv sync("FSDP_SYNC_MODULE_STATES", "true");
-  ScopedEnv prefetch("FSDP_BACKWARD_PREFETCH", "NO_PREFETCH");
+  ScopedEnv prefetch("FSDP_BACKWARD_PREFETCH", "BACKWARD_POST");
+  ScopedEnv forward("FSDP_FORWARD_PREFETCH", "true");
   {
     Accelerator accelerator(quiet());
     const auto& f = accelerator.options().fsdp;
@@ -441,6 +487,13 @@ TEST(FsdpTest, AccelerateLaunchVariablesSelectIt) {
     EXPECT_EQ(f->strategy(), dist::ShardingStrategy::shard_grad_op);
     EXPECT_EQ(f->wrap_types(), (std::vector<std::string>{"Block"}));
     EXPECT_TRUE(f->activation_checkpointing());
+    EXPECT_EQ(f->backward_prefetch(), dist::BackwardPrefetch::backward_post);
+    EXPECT_TRUE(f->forward_prefetch());
+  }
+  {
+    ScopedEnv bad("FSDP_BACKWARD_PREFETCH", "SOMETIMES");
+    AMPKIT_EXPECT_THROWS_WITH(
+        Accelerator{quiet()}, InvalidArgument, "got 'SOMETIMES'");
   }
   {
     ScopedEnv offload("FSDP_OFFLOAD_PARAMS", "true");

@@ -400,8 +400,9 @@ TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
       "fsdp_config.fsdp_offload_params 'true': offloading parameters");
   refused(
       "distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch: "
-      "BACKWARD_PRE\n",
-      "fsdp_config.fsdp_backward_prefetch 'BACKWARD_PRE'");
+      "BACKWARD_SOON\n",
+      "fsdp_config.fsdp_backward_prefetch 'BACKWARD_SOON' is not a backward "
+      "prefetch policy");
   refused(
       "distributed_type: FSDP\nfsdp_config:\n  fsdp_state_dict_type: "
       "SHARDED_STATE_DICT\n",

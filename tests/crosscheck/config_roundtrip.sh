@@ -129,15 +129,15 @@ ClusterConfig(
         "zero3_init_flag": False},
     **common).to_yaml_file(f"{work}/accelerate_zero2.yaml")
 # FSDP as accelerate's questionnaire writes it, with the choices ampkit
-# builds (no prefetch, full state dict, no offload).
+# builds (prefetch, full state dict, no offload).
 ClusterConfig(
     distributed_type="FSDP", mixed_precision="bf16",
     fsdp_config={
         "fsdp_sharding_strategy": "SHARD_GRAD_OP", "fsdp_offload_params": False,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "fsdp_transformer_layer_cls_to_wrap": "Block",
-        "fsdp_backward_prefetch": "NO_PREFETCH",
-        "fsdp_state_dict_type": "FULL_STATE_DICT", "fsdp_forward_prefetch": False,
+        "fsdp_backward_prefetch": "BACKWARD_PRE",
+        "fsdp_state_dict_type": "FULL_STATE_DICT", "fsdp_forward_prefetch": True,
         "fsdp_use_orig_params": True, "fsdp_cpu_ram_efficient_loading": True,
         "fsdp_sync_module_states": True, "fsdp_activation_checkpointing": True},
     **common).to_yaml_file(f"{work}/accelerate_fsdp.yaml")
@@ -176,6 +176,7 @@ check_with_ampkit "$work/accelerate_zero2.yaml" \
 check_with_ampkit "$work/accelerate_fsdp.yaml" \
   WORLD_SIZE=2 AMPKIT_MIXED_PRECISION=bf16 ACCELERATE_USE_FSDP=true \
   FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP FSDP_AUTO_WRAP_POLICY=TRANSFORMER_BASED_WRAP \
-  FSDP_TRANSFORMER_CLS_TO_WRAP=Block FSDP_ACTIVATION_CHECKPOINTING=true
+  FSDP_TRANSFORMER_CLS_TO_WRAP=Block FSDP_ACTIVATION_CHECKPOINTING=true \
+  FSDP_BACKWARD_PREFETCH=BACKWARD_PRE FSDP_FORWARD_PREFETCH=true
 
 exit "$failed"

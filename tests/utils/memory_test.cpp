@@ -2,6 +2,7 @@
 // LibTorch's CPU allocator and against c10::OutOfMemoryError.
 #include "ampkit/utils/memory.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <malloc.h>
@@ -215,6 +216,12 @@ TEST(MemoryTest, CountsTheCpuTensorsAllocatedAndTheirPeak) {
   EXPECT_LT(after.peak, start + 2 * kBytes + 1024);
   reset_peak_memory(torch::kCPU);
   EXPECT_EQ(memory_stats(torch::kCPU).peak, start);
+  // LibTorch's raw allocations (some CPU kernels' scratch) pass through.
+  c10::Allocator* cpu = c10::GetCPUAllocator();
+  void* raw = cpu->raw_allocate(4096);
+  EXPECT_EQ(memory_stats(torch::kCPU).allocated, start + 4096);
+  cpu->raw_deallocate(raw);
+  EXPECT_EQ(memory_stats(torch::kCPU).allocated, start);
 }
 
 TEST(MemoryTest, MemoryStatsOfAnotherDeviceTypeSayWhich) {

@@ -57,6 +57,23 @@ enum class ShardingStrategy {
 ShardingStrategy parse_sharding_strategy(const std::string& value);
 std::string to_string(ShardingStrategy strategy);
 
+/// accelerate's fsdp_backward_prefetch: when backward issues the all-gather
+/// of the unit whose backward comes next.
+enum class BackwardPrefetch {
+  /// When that unit's backward starts.
+  none,
+  /// Before the current unit computes its gradients (more memory: two
+  /// units gathered during the computation).
+  backward_pre,
+  /// After the current unit computed its gradients, before they are
+  /// reduced.
+  backward_post,
+};
+/// "BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH" (accelerate's names; also
+/// 1, 2, 3); an InvalidArgument naming the value otherwise.
+BackwardPrefetch parse_backward_prefetch(const std::string& value);
+std::string to_string(BackwardPrefetch prefetch);
+
 struct FsdpOptions {
   FsdpOptions& strategy(ShardingStrategy value) {
     strategy_ = value;
@@ -92,12 +109,31 @@ struct FsdpOptions {
   bool activation_checkpointing() const {
     return activation_checkpointing_;
   }
+  /// fsdp_forward_prefetch: when a unit's forward starts, the all-gather of
+  /// the unit that came after it in the previous forward is issued, so it
+  /// runs while this one computes.
+  FsdpOptions& forward_prefetch(bool value) {
+    forward_prefetch_ = value;
+    return *this;
+  }
+  bool forward_prefetch() const {
+    return forward_prefetch_;
+  }
+  FsdpOptions& backward_prefetch(BackwardPrefetch value) {
+    backward_prefetch_ = value;
+    return *this;
+  }
+  BackwardPrefetch backward_prefetch() const {
+    return backward_prefetch_;
+  }
 
  private:
   ShardingStrategy strategy_ = ShardingStrategy::full_shard;
   std::vector<std::string> wrap_types_;
   int64_t min_num_params_ = 0;
   bool activation_checkpointing_ = false;
+  bool forward_prefetch_ = false;
+  BackwardPrefetch backward_prefetch_ = BackwardPrefetch::none;
 };
 
 class FullyShardedModel;

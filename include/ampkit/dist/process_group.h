@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,31 @@ struct GroupOptions {
   std::string backend_;
 };
 
+/// A collective that was issued and not yet waited for (the *_async
+/// calls): under Gloo it runs on Gloo's threads, under NCCL on NCCL's
+/// stream, while this thread goes on.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  explicit PendingCollective(std::function<void()> finish)
+      : finish_(std::move(finish)) {}
+  bool pending() const {
+    return static_cast<bool>(finish_);
+  }
+  /// Waits for it (NCCL: makes the current stream wait) and finishes it;
+  /// a failure is the synchronous call's error. Then no longer pending.
+  void wait() {
+    auto finish = std::move(finish_);
+    finish_ = nullptr;
+    if (finish) {
+      finish();
+    }
+  }
+
+ private:
+  std::function<void()> finish_;
+};
+
 /// One process's membership of a distributed run. Create it once per
 /// process, on every process, in the same order as the other collectives.
 class ProcessGroup {
@@ -88,6 +114,11 @@ class ProcessGroup {
   /// Every process's `input` (the same length on each), in rank order, into
   /// `output` (size() times as long, contiguous): a flat all-gather.
   void all_gather_into(torch::Tensor& output, const torch::Tensor& input);
+  /// all_gather_into, issued now and finished by the result's wait();
+  /// `output` and `input` must stay as they are until then. NCCL gathers
+  /// into `output` directly (c10d's _allgather_base).
+  PendingCollective all_gather_into_async(
+      torch::Tensor& output, const torch::Tensor& input);
   /// In place: every process ends with `root`'s tensor.
   void broadcast(torch::Tensor& tensor, int64_t root = 0);
   /// Broadcasts many tensors from `root` in few messages (c10d's
