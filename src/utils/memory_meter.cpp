@@ -3,7 +3,6 @@
 // own statistics (cuda_memory.cpp).
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,13 +11,8 @@
 
 #include "ampkit/error.h"
 #include "ampkit/utils/memory.h"
+#include "utils/compat.h"
 #include "utils/components.h"
-
-#if TORCH_VERSION_MAJOR >= 2
-#define AMPKIT_ALLOCATE_CONST
-#else
-#define AMPKIT_ALLOCATE_CONST const
-#endif
 
 namespace ampkit {
 
@@ -50,7 +44,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     return &CountingCpuAllocator::release;
   }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if AMPKIT_ALLOCATOR_HAS_COPY_DATA
   void copy_data(
       void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);

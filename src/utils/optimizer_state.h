@@ -9,7 +9,6 @@
 #include <c10/util/Type.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
-#include <torch/version.h>
 
 #include <map>
 #include <memory>
@@ -18,10 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "utils/compat.h"
+
 namespace ampkit::detail {
 
-#if TORCH_VERSION_MAJOR > 2 || \
-    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#if AMPKIT_OPTIM_STATE_KEY_IS_POINTER
 inline void* state_key(const at::Tensor& p) {
   return p.unsafeGetTensorImpl();
 }
