@@ -518,10 +518,28 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
     st.scaler->register_parameter_names(named);
   }
   if (st.options.fsdp) {
-    // FSDP shards the model instead of DDP's synchronizer.
+    // FSDP shards the model instead of DDP's synchronizer. Under mixed
+    // precision, as accelerate's FSDP plugin does (MixedPrecision with
+    // param_dtype and reduce_dtype the low precision): units are gathered
+    // and their gradients reduced in bf16/fp16, the shards stay fp32.
+    dist::FsdpOptions fsdp = *st.options.fsdp;
+    std::string reduce_note;
+    if (st.autocast && st.autocast->enabled() && !fsdp.param_dtype() &&
+        fsdp.strategy() != dist::ShardingStrategy::no_shard) {
+      const auto low = st.autocast->dtype();
+      fsdp.param_dtype(low);
+      if (!fsdp.reduce_dtype() && st.group && !st.group->can_sum(low)) {
+        // Gloo in LibTorch 1.13 has no bf16 sum: the gradients are
+        // reduced in fp32 (gathers still move bf16, as bytes).
+        reduce_note = std::string(", reduced in Float (") +
+                      st.group->backend() + " in this LibTorch cannot sum " +
+                      c10::toString(low) + ")";
+      } else if (!fsdp.reduce_dtype()) {
+        fsdp.reduce_dtype(low);
+      }
+    }
     st.fsdp.push_back(st.collective("FSDP sharding of the model", [&] {
-      return std::make_shared<dist::FullyShardedModel>(
-          module, st.group, *st.options.fsdp);
+      return std::make_shared<dist::FullyShardedModel>(module, st.group, fsdp);
     }));
     st.synchronizers.push_back(nullptr);
     if (is_main_process() && !st.options.quiet) {
@@ -529,6 +547,14 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
       std::cerr << "ampkit: FSDP "
                 << dist::to_string(st.options.fsdp->strategy()) << ", "
                 << names.size() - 1 << " unit(s) and the root"
+                << (fsdp.param_dtype() ? std::string(", gathered in ") +
+                                             c10::toString(*fsdp.param_dtype())
+                                       : std::string())
+                << (fsdp.reduce_dtype()
+                        ? std::string(", reduced in ") +
+                              c10::toString(*fsdp.reduce_dtype())
+                        : std::string())
+                << reduce_note
                 << (st.options.fsdp->activation_checkpointing()
                         ? ", activation checkpointing"
                         : "")

@@ -202,6 +202,30 @@ ck::Manifest::Partition fsdp_partition(int64_t processes) {
   return p;
 }
 
+// Model i's weights for saving (FULL_STATE_DICT). Under FSDP they are
+// gathered buffer by buffer into temporaries, never the whole model at
+// once; every process takes part, and those that write keep the values.
+ck::NamedTensors state_for_saving(
+    detail::AcceleratorState& st, size_t i, bool keep) {
+  dist::FullyShardedModel* fsdp =
+      i < st.fsdp.size() ? st.fsdp[i].get() : nullptr;
+  if (fsdp == nullptr) {
+    return keep ? ck::model_state(*st.models[i]) : ck::NamedTensors{};
+  }
+  ck::NamedTensors out;
+  for (auto& [name, value] : st.collective(
+           "FSDP gathering the weights to save",
+           [&] { return fsdp->full_parameters(keep); })) {
+    out.emplace_back(name, value);
+  }
+  if (keep) {
+    for (const auto& b : st.models[i]->named_buffers()) {
+      out.emplace_back(b.key(), b.value());
+    }
+  }
+  return out;
+}
+
 // Optimizer i was saved as it is prepared now: whole, or sharded by the
 // same stage. Sharded at other boundaries (another process count) it is
 // re-split; returns whether it must be.
@@ -531,17 +555,19 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     wait_for_everyone();
   }
   st.run_state_hooks(/*save=*/true, ck::partial_dir(target));
-  // FSDP: the whole model's weights are saved (FULL_STATE_DICT), gathered
-  // on every process for the writer, and freed again after.
-  const auto full = summon_full_params();
+  // FSDP: the whole model's weights are saved (FULL_STATE_DICT),
+  // gathered buffer by buffer for the writers.
+  std::vector<ck::NamedTensors> weights;
+  for (size_t i = 0; i < st.models.size(); ++i) {
+    weights.push_back(state_for_saving(st, i, writer.has_value()));
+  }
   const std::string rng = encode_rng(get_rng_state());
   if (writer) {
     writer->write(rng_file(rank), rng);
     for (size_t i = 0; i < st.models.size(); ++i) {
       writer->write(
           indexed("model", i, ".safetensors"),
-          ck::encode_safetensors(
-              ck::model_state(*st.models[i]), {{"format", "pt"}}));
+          ck::encode_safetensors(weights[i], {{"format", "pt"}}));
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       writer->write(
@@ -982,10 +1008,21 @@ void Accelerator::save_model(
     const PreparedModelBase& model,
     const std::string& dir,
     const std::string& max_shard_size) {
-  {
-    const auto full = summon_full_params();  // FSDP: the whole model
+  auto& st = *state_;
+  size_t i = 0;
+  while (i < st.models.size() && st.models[i] != model.module_ptr()) {
+    ++i;
+  }
+  if (i == st.models.size()) {
+    // Not prepared here: saved as it is.
     if (is_main_process()) {
       ck::save_model(*model.module_ptr(), dir, max_shard_size);
+    }
+  } else {
+    // FSDP: gathered buffer by buffer, kept by the main process.
+    const auto weights = state_for_saving(st, i, is_main_process());
+    if (is_main_process()) {
+      ck::save_model_state(weights, dir, max_shard_size);
     }
   }
   wait_for_everyone();

@@ -141,6 +141,13 @@ void save_model(
     const torch::nn::Module& model,
     const std::string& dir,
     const std::string& max_shard_size) {
+  save_model_state(model_state(model), dir, max_shard_size);
+}
+
+void save_model_state(
+    const NamedTensors& state,
+    const std::string& dir,
+    const std::string& max_shard_size) {
   const uint64_t limit = parse_shard_size(max_shard_size);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -151,7 +158,7 @@ void save_model(
   }
   std::vector<NamedTensors> shards(1);
   uint64_t current = 0, total = 0;
-  for (auto& [name, t] : model_state(model)) {
+  for (const auto& [name, t] : state) {
     const uint64_t size = static_cast<uint64_t>(t.numel()) * t.element_size();
     if (!shards.back().empty() && current + size > limit) {
       shards.emplace_back();

@@ -13,6 +13,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "amp/compat.h"  // AMPKIT_TORCH_AT_LEAST
+
+// Gloo sums and moves bf16 in LibTorch 2.x (checked on 2.11); in 1.13 every
+// bf16 collective fails with "Invalid scalar type".
+#define AMPKIT_GLOO_HAS_BF16 AMPKIT_TORCH_AT_LEAST(2, 0)
+
 namespace ampkit::dist::detail {
 
 /// A Gloo process group whose pairs bind to `hostname`'s address

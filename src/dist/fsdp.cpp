@@ -110,6 +110,9 @@ struct FlatParam {
   bool gathered = false;
   // A prefetch's all-gather into `full`, not yet waited for.
   PendingCollective inflight;
+  // The dtype `full` is gathered in for computing (MixedPrecision's
+  // param_dtype; the shard's own without it).
+  c10::ScalarType compute_dtype = c10::ScalarType::Float;
 };
 
 struct FsdpUnit {
@@ -174,6 +177,10 @@ struct FullyShardedModel::Impl {
       const std::vector<torch::Tensor>& values);
   void gather(FsdpUnit& u);
   void gather(FlatParam& f);
+  /// Every process's `part` of f (the shard, or its gradient) gathered
+  /// into a temporary flat tensor of `part`'s dtype (no gather when
+  /// nothing is sharded).
+  torch::Tensor gathered_copy(const FlatParam& f, const torch::Tensor& part);
   /// Allocates f.full and issues the all-gather of the shards into it
   /// (waited for by gather).
   void start_gather(FlatParam& f);
@@ -469,9 +476,13 @@ FlatParam FullyShardedModel::Impl::make_flat(
   const int64_t begin = sharded() ? rank * f.shard_size : 0;
   f.shard = flat.narrow(0, begin, f.shard_size).clone();
   f.shard.set_requires_grad(params.front().requires_grad());
-  f.empty = torch::empty({0}, options);
+  f.compute_dtype = options.dtype().toScalarType();
+  if (this->options.param_dtype() && c10::isFloatingType(f.compute_dtype)) {
+    f.compute_dtype = *this->options.param_dtype();
+  }
+  f.empty = torch::empty({0}, options.dtype(f.compute_dtype));
   if (sharded()) {
-    f.full = torch::empty({padded}, options);
+    f.full = torch::empty({padded}, options.dtype(f.compute_dtype));
     set_storage(f.full, false);
     for (auto& p : f.params) {
       p.set_data(f.empty);
@@ -488,16 +499,32 @@ FlatParam FullyShardedModel::Impl::make_flat(
   return f;
 }
 
+torch::Tensor FullyShardedModel::Impl::gathered_copy(
+    const FlatParam& f, const torch::Tensor& part) {
+  if (!sharded() || world == 1) {
+    return part.detach();
+  }
+  torch::Tensor full = torch::empty({f.shard_size * world}, part.options());
+  group->all_gather_into(full, part.detach());
+  return full;
+}
+
 void FullyShardedModel::Impl::start_gather(FlatParam& f) {
   if (f.gathered) {
     return;
   }
   torch::NoGradGuard no_grad;
   set_storage(f.full, true);
+  // In the compute dtype (MixedPrecision) the cast comes first, so the
+  // gather moves the smaller values.
+  torch::Tensor mine = f.shard.detach();
+  if (mine.scalar_type() != f.full.scalar_type()) {
+    mine = mine.to(f.full.scalar_type());
+  }
   if (world == 1) {
-    f.full.copy_(f.shard.detach());
+    f.full.copy_(mine);
   } else {
-    f.inflight = group->all_gather_into_async(f.full, f.shard.detach());
+    f.inflight = group->all_gather_into_async(f.full, mine);
   }
   for (size_t i = 0; i < f.params.size(); ++i) {
     f.params[i].set_data(
@@ -571,6 +598,11 @@ void FullyShardedModel::Impl::reduce(
     f.pending = flat;
     return;
   }
+  const auto own = flat.scalar_type();
+  const auto wire = options.reduce_dtype().value_or(own);
+  if (wire != own) {
+    flat = flat.to(wire);  // MixedPrecision's reduce_dtype
+  }
   torch::Tensor part = flat;
   const int64_t processes = world * (replicas ? replicas->size() : 1);
   if (processes > 1) {
@@ -585,12 +617,15 @@ void FullyShardedModel::Impl::reduce(
     for (int64_t r = 0; r <= world; ++r) {
       bounds.push_back(r * f.shard_size);
     }
-    part = torch::empty({f.shard_size}, f.shard.options());
+    part = torch::empty({f.shard_size}, flat.options());
     group->reduce_scatter(part, flat, bounds);
   }
   if (replicas) {
     // HYBRID_SHARD: the machine's sum, then the sum across machines.
     replicas->all_reduce(part, ReduceOp::sum);
+  }
+  if (part.scalar_type() != own) {
+    part = part.to(own);
   }
   torch::Tensor& g = f.shard.mutable_grad();
   if (g.defined()) {
@@ -680,6 +715,15 @@ FullyShardedModel::FullyShardedModel(
   im.group = std::move(group);
   im.options = std::move(options);
   const auto& o = im.options;
+  if (o.param_dtype() && o.strategy() == ShardingStrategy::no_shard) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "FSDP: param_dtype " + std::string(c10::toString(*o.param_dtype())) +
+            " with NO_SHARD: under NO_SHARD the parameters are the shards "
+            "the optimizer steps, so they keep their dtype. Leave "
+            "param_dtype unset (autocast computes in the low precision), or "
+            "shard.");
+  }
   if (o.strategy() == ShardingStrategy::hybrid_shard && im.global &&
       im.global->size() > 1) {
     im.split_hybrid();
@@ -687,6 +731,15 @@ FullyShardedModel::FullyShardedModel(
   if (im.group) {
     im.rank = im.group->rank();
     im.world = im.group->size();
+  }
+  if (o.reduce_dtype() && im.global && !im.global->can_sum(*o.reduce_dtype())) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "FSDP: reduce_dtype " + std::string(c10::toString(*o.reduce_dtype())) +
+            ": the " + im.global->backend() +
+            " backend of this LibTorch cannot sum it (Gloo has bf16 from "
+            "LibTorch 2). Leave reduce_dtype unset to reduce in the shards' "
+            "dtype.");
   }
   if (!o.wrap_types().empty() && o.min_num_params() > 0) {
     throw InvalidArgument(
@@ -943,12 +996,15 @@ void FullyShardedModel::take_over(torch::optim::Optimizer& optimizer) {
         flats.push_back(std::move(f));
         continue;
       }
-      im.gather(f);
+      // The full values in the shards' own dtype (under MixedPrecision a
+      // gathered unit holds the compute dtype's).
+      const torch::Tensor full = im.gathered_copy(f, f.shard);
       std::vector<torch::Tensor> values;
-      for (const auto& p : f.params) {
-        values.push_back(p.detach().clone());
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        values.push_back(full.narrow(0, f.offsets[i], f.numels[i])
+                             .view(f.shapes[i])
+                             .clone());
       }
-      im.release(f);
       for (size_t g : order) {
         std::vector<std::string> names;
         std::vector<torch::Tensor> params, vals;
@@ -1086,11 +1142,7 @@ void FullyShardedModel::for_each_full_gradient(
       if (!f.shard.requires_grad() || !g.defined()) {
         continue;
       }
-      torch::Tensor full = g;
-      if (im.sharded() && im.world > 1) {
-        full = torch::empty({f.shard_size * im.world}, g.options());
-        im.group->all_gather_into(full, g);
-      }
+      const torch::Tensor full = im.gathered_copy(f, g);
       for (size_t i = 0; i < f.params.size(); ++i) {
         fn(f.params[i],
            full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
@@ -1105,10 +1157,60 @@ const std::vector<torch::Tensor>& FullyShardedModel::optimizer_parameters()
 }
 
 void FullyShardedModel::gather_all() {
-  for (auto& u : impl_->units) {
-    impl_->gather(*u);
+  auto& im = *impl_;
+  // Full precision (the shards' dtype), also under MixedPrecision: the
+  // compute buffer is made again in that dtype while nothing uses it.
+  for (auto& u : im.units) {
+    for (auto& f : u->flats) {
+      const auto own = f.shard.scalar_type();
+      if (f.full.scalar_type() == own || !im.sharded()) {
+        continue;
+      }
+      if (f.gathered) {
+        throw UsageError(
+            component::kDistributed,
+            "FSDP: summon_full_params while unit '" + u->name +
+                "' is gathered in its compute dtype (param_dtype " +
+                std::string(c10::toString(f.full.scalar_type())) +
+                ") for a backward still to come. Gather the full "
+                "parameters before the forward or after the backward.");
+      }
+      f.full = torch::empty({f.full.numel()}, f.shard.options().dtype(own));
+      set_storage(f.full, false);
+    }
   }
-  impl_->summoned = true;
+  for (auto& u : im.units) {
+    im.gather(*u);
+  }
+  im.summoned = true;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>>
+FullyShardedModel::full_parameters(bool keep) {
+  auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  std::unordered_map<std::string, torch::Tensor> values;
+  for (auto& u : im.units) {
+    for (auto& f : u->flats) {
+      // One buffer at a time, in the shards' own dtype, into a temporary:
+      // the units' gathered state is left as it is.
+      const torch::Tensor full = im.gathered_copy(f, f.shard);
+      if (!keep) {
+        continue;
+      }
+      for (size_t i = 0; i < f.params.size(); ++i) {
+        values[f.names[i]] =
+            full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]).clone();
+      }
+    }
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  if (keep) {
+    for (const auto& item : im.model->named_parameters()) {
+      out.emplace_back(item.key(), values.at(item.key()));
+    }
+  }
+  return out;
 }
 
 void FullyShardedModel::release_all(bool keep_values) {
@@ -1122,6 +1224,11 @@ void FullyShardedModel::release_all(bool keep_values) {
         f.shard.detach().copy_(f.full.narrow(0, begin, f.shard_size));
       }
       im.release(f);
+      if (im.sharded() && f.full.scalar_type() != f.compute_dtype) {
+        f.full = torch::empty(
+            {f.full.numel()}, f.shard.options().dtype(f.compute_dtype));
+        set_storage(f.full, false);
+      }
     }
   }
 }

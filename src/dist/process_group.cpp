@@ -624,9 +624,16 @@ PendingCollective ProcessGroup::all_gather_into_async(
     at::Tensor target =
         direct ? output : at::empty({n * size()}, inputs[0].options());
     at::Tensor flat = target.view({-1});
+    int64_t part = n;
+    if (!can_sum(inputs[0].scalar_type())) {
+      // A gather only moves bytes: bf16 travels as twice as many bytes.
+      inputs[0] = inputs[0].view(at::kByte);
+      flat = flat.view(at::kByte);
+      part = inputs[0].numel();
+    }
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int64_t r = 0; r < size(); ++r) {
-      outputs[0].push_back(flat.narrow(0, r * n, n));
+      outputs[0].push_back(flat.narrow(0, r * part, part));
     }
     // NCCL: one flat buffer in, one out, no list of views.
     auto work = impl_->backend == "nccl"
@@ -667,6 +674,11 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int64_t root) {
   } catch (...) {
     rethrow_explained("broadcast");
   }
+}
+
+bool ProcessGroup::can_sum(c10::ScalarType dtype) const {
+  return AMPKIT_GLOO_HAS_BF16 || impl_->backend != "gloo" ||
+         dtype != c10::ScalarType::BFloat16;
 }
 
 bool ProcessGroup::has_reduce_scatter() {

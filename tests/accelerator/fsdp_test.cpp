@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ampkit/accelerator/accelerator.h"
+#include "ampkit/amp/autocast.h"
 #include "ampkit/dist/fsdp.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/memory.h"
@@ -338,6 +339,71 @@ TEST(FsdpTest, PrefetchGathersTheNextUnitAheadAndTrainsTheSame) {
   for (size_t i = 0; i < grads[0].size(); ++i) {
     EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << i;
   }
+}
+
+// FSDP's MixedPrecision: units are gathered in bf16 (half the bytes), the
+// shards and their gradients stay fp32, and the full parameters summoned
+// for saving are the fp32 shards' values.
+TEST(FsdpTest, MixedPrecisionGathersInTheComputeDtypeAndKeepsFp32Shards) {
+  Tower net = make_tower(7);
+  const auto before = weights(net);
+  dist::FullyShardedModel fsdp(
+      net.ptr(),
+      nullptr,
+      blocks(dist::ShardingStrategy::full_shard)
+          .param_dtype(torch::kBFloat16)
+          .reduce_dtype(torch::kBFloat16));
+  {
+    Autocast bf16(AutocastOptions(c10::DeviceType::CPU, torch::kBFloat16));
+    fsdp.take_peak_gathered_bytes();
+    fsdp.before_forward();
+    EXPECT_EQ(net->in->weight.scalar_type(), torch::kBFloat16);
+    net(torch::randn({4, 6})).to(torch::kFloat).square().mean().backward();
+    fsdp.after_backward();
+  }
+  const int64_t root = (6 * 8 + 8 + 8 + 1) * 2;
+  const int64_t block = (8 * 16 + 16 + 16 * 8 + 8) * 2;
+  EXPECT_EQ(fsdp.take_peak_gathered_bytes(), root + block);
+  for (const auto& s : fsdp.shards()) {
+    EXPECT_EQ(s.scalar_type(), torch::kFloat);
+    ASSERT_TRUE(s.grad().defined());
+    EXPECT_EQ(s.grad().scalar_type(), torch::kFloat);
+    EXPECT_GT(s.grad().abs().sum().item<float>(), 0.0f);
+  }
+  fsdp.gather_all();
+  const auto during = weights(net);
+  ASSERT_EQ(during.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(during[i].scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(before[i], during[i])) << i;
+  }
+  fsdp.release_all(false);
+  fsdp.before_forward();  // in bf16 again
+  EXPECT_EQ(net->in->weight.scalar_type(), torch::kBFloat16);
+  fsdp.after_forward_without_grad();
+  // An optimizer with two param groups splits the buffers by group: from
+  // the fp32 values, not the bf16 ones a gathered unit holds.
+  torch::optim::AdamW adamw(
+      {torch::optim::OptimizerParamGroup({net->in->weight}),
+       torch::optim::OptimizerParamGroup({net->in->bias})},
+      torch::optim::AdamWOptions(0.01));
+  fsdp.take_over(adamw);
+  for (const auto& s : fsdp.shards()) {
+    EXPECT_EQ(s.scalar_type(), torch::kFloat);
+  }
+  fsdp.gather_all();
+  EXPECT_TRUE(torch::equal(net->in->weight, before[0]));
+  fsdp.release_all(false);
+  // NO_SHARD steps the parameters themselves: no other dtype for them.
+  Tower other = make_tower(7);
+  AMPKIT_EXPECT_THROWS_WITH(
+      dist::FullyShardedModel(
+          other.ptr(),
+          nullptr,
+          blocks(dist::ShardingStrategy::no_shard)
+              .param_dtype(torch::kBFloat16)),
+      InvalidArgument,
+      "param_dtype BFloat16 with NO_SHARD");
 }
 
 // FULL_SHARD: between uses a unit's parameters hold nothing; inside a

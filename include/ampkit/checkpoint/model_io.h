@@ -38,6 +38,11 @@ void save_model(
     const torch::nn::Module& model,
     const std::string& dir,
     const std::string& max_shard_size = "10GB");
+/// The same for a model's state given by name (model_state's layout).
+void save_model_state(
+    const NamedTensors& state,
+    const std::string& dir,
+    const std::string& max_shard_size = "10GB");
 
 /// Loads what save_model wrote (or a Hugging Face safetensors checkpoint):
 /// the index and its shards, else model.safetensors. Errors as

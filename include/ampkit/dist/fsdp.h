@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -126,6 +127,28 @@ struct FsdpOptions {
   BackwardPrefetch backward_prefetch() const {
     return backward_prefetch_;
   }
+  /// FSDP's MixedPrecision: the dtype a unit's floating-point parameters
+  /// are gathered in and computed with (its gradients come in it too);
+  /// the shards the optimizer steps stay in their own dtype (fp32 master
+  /// weights). Unset: their own dtype. The Accelerator sets it, and
+  /// reduce_dtype, to bf16/fp16 under mixed precision, as accelerate does.
+  FsdpOptions& param_dtype(std::optional<c10::ScalarType> value) {
+    param_dtype_ = value;
+    return *this;
+  }
+  std::optional<c10::ScalarType> param_dtype() const {
+    return param_dtype_;
+  }
+  /// The dtype gradients are reduced (reduce-scattered, all-reduced) in;
+  /// unset: the shards' own. They are summed locally over accumulation
+  /// micro-steps in the shards' dtype, and land in it.
+  FsdpOptions& reduce_dtype(std::optional<c10::ScalarType> value) {
+    reduce_dtype_ = value;
+    return *this;
+  }
+  std::optional<c10::ScalarType> reduce_dtype() const {
+    return reduce_dtype_;
+  }
 
  private:
   ShardingStrategy strategy_ = ShardingStrategy::full_shard;
@@ -134,6 +157,8 @@ struct FsdpOptions {
   bool activation_checkpointing_ = false;
   bool forward_prefetch_ = false;
   BackwardPrefetch backward_prefetch_ = BackwardPrefetch::none;
+  std::optional<c10::ScalarType> param_dtype_;
+  std::optional<c10::ScalarType> reduce_dtype_;
 };
 
 class FullyShardedModel;
@@ -266,6 +291,14 @@ class FullyShardedModel {
   /// (a load into them).
   void gather_all();
   void release_all(bool keep_values);
+
+  /// The model's parameters by name, in named_parameters' order, with
+  /// their full values in the shards' dtype (fp32 master weights), for
+  /// saving: gathered buffer by buffer into a temporary, so no process
+  /// holds more than one buffer gathered at a time (FULL_STATE_DICT with
+  /// rank0_only). Every process must call it; with `keep` false it takes
+  /// part and returns nothing.
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters(bool keep);
 
   /// Loads `optimizer` (taken over) from state saved by `saved_processes`
   /// processes under another layout: `load(q)` loads process q's file into

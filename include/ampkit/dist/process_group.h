@@ -137,6 +137,9 @@ class ProcessGroup {
       torch::Tensor& output,
       torch::Tensor& flat,
       const std::vector<int64_t>& boundaries);
+  /// Whether the backend sums tensors of `dtype` (Gloo in LibTorch 1.13
+  /// has no bf16; gathers move any dtype, bf16 as bytes there).
+  bool can_sum(c10::ScalarType dtype) const;
   /// Whether reduce_scatter runs the backend's own (a collective the first
   /// time: it asks the backend once, on every process).
   bool has_reduce_scatter();
