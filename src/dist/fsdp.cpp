@@ -113,6 +113,11 @@ struct FlatParam {
   // The dtype `full` is gathered in for computing (MixedPrecision's
   // param_dtype; the shard's own without it).
   c10::ScalarType compute_dtype = c10::ScalarType::Float;
+  /// Parameter i's part of a flat tensor laid out as this buffer, in the
+  /// parameter's shape.
+  torch::Tensor piece(const torch::Tensor& flat, size_t i) const {
+    return flat.narrow(0, offsets[i], numels[i]).view(shapes[i]);
+  }
 };
 
 struct FsdpUnit {
@@ -278,6 +283,14 @@ void set_storage(torch::Tensor& t, bool allocate) {
     s->set_data_ptr(at::DataPtr(nullptr, t.device()));
     s->set_nbytes(0);
   }
+}
+
+// A flat buffer of `numel` elements that holds no memory until a gather
+// allocates it (set_storage).
+torch::Tensor freed_buffer(int64_t numel, const torch::TensorOptions& options) {
+  torch::Tensor t = torch::empty({numel}, options);
+  set_storage(t, false);
+  return t;
 }
 
 // One call of a unit, kept by its autograd node.
@@ -482,8 +495,7 @@ FlatParam FullyShardedModel::Impl::make_flat(
   }
   f.empty = torch::empty({0}, options.dtype(f.compute_dtype));
   if (sharded()) {
-    f.full = torch::empty({padded}, options.dtype(f.compute_dtype));
-    set_storage(f.full, false);
+    f.full = freed_buffer(padded, options.dtype(f.compute_dtype));
     for (auto& p : f.params) {
       p.set_data(f.empty);
     }
@@ -491,8 +503,7 @@ FlatParam FullyShardedModel::Impl::make_flat(
     // Nothing sharded: the parameters are views of the shard itself.
     f.full = f.shard.detach();
     for (size_t i = 0; i < f.params.size(); ++i) {
-      f.params[i].set_data(
-          f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+      f.params[i].set_data(f.piece(f.full, i));
     }
     f.gathered = true;
   }
@@ -527,8 +538,7 @@ void FullyShardedModel::Impl::start_gather(FlatParam& f) {
     f.inflight = group->all_gather_into_async(f.full, mine);
   }
   for (size_t i = 0; i < f.params.size(); ++i) {
-    f.params[i].set_data(
-        f.full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+    f.params[i].set_data(f.piece(f.full, i));
   }
   f.gathered = true;
   gathered_bytes += f.full.numel() * f.full.element_size();
@@ -1001,9 +1011,7 @@ void FullyShardedModel::take_over(torch::optim::Optimizer& optimizer) {
       const torch::Tensor full = im.gathered_copy(f, f.shard);
       std::vector<torch::Tensor> values;
       for (size_t i = 0; i < f.params.size(); ++i) {
-        values.push_back(full.narrow(0, f.offsets[i], f.numels[i])
-                             .view(f.shapes[i])
-                             .clone());
+        values.push_back(f.piece(full, i).clone());
       }
       for (size_t g : order) {
         std::vector<std::string> names;
@@ -1144,8 +1152,7 @@ void FullyShardedModel::for_each_full_gradient(
       }
       const torch::Tensor full = im.gathered_copy(f, g);
       for (size_t i = 0; i < f.params.size(); ++i) {
-        fn(f.params[i],
-           full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]));
+        fn(f.params[i], f.piece(full, i));
       }
     }
   }
@@ -1175,8 +1182,7 @@ void FullyShardedModel::gather_all() {
                 ") for a backward still to come. Gather the full "
                 "parameters before the forward or after the backward.");
       }
-      f.full = torch::empty({f.full.numel()}, f.shard.options().dtype(own));
-      set_storage(f.full, false);
+      f.full = freed_buffer(f.full.numel(), f.shard.options().dtype(own));
     }
   }
   for (auto& u : im.units) {
@@ -1199,8 +1205,7 @@ FullyShardedModel::full_parameters(bool keep) {
         continue;
       }
       for (size_t i = 0; i < f.params.size(); ++i) {
-        values[f.names[i]] =
-            full.narrow(0, f.offsets[i], f.numels[i]).view(f.shapes[i]).clone();
+        values[f.names[i]] = f.piece(full, i).clone();
       }
     }
   }
@@ -1225,9 +1230,8 @@ void FullyShardedModel::release_all(bool keep_values) {
       }
       im.release(f);
       if (im.sharded() && f.full.scalar_type() != f.compute_dtype) {
-        f.full = torch::empty(
-            {f.full.numel()}, f.shard.options().dtype(f.compute_dtype));
-        set_storage(f.full, false);
+        f.full = freed_buffer(
+            f.full.numel(), f.shard.options().dtype(f.compute_dtype));
       }
     }
   }

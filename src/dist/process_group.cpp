@@ -138,6 +138,16 @@ std::string pick_network(
   return route->address;
 }
 
+// The group's backend over its store: NCCL, or Gloo bound to bind_host.
+void connect_backend(ProcessGroup::Impl& im, int rank, int size) {
+  if (im.backend == "nccl") {
+    im.pg = detail::make_nccl_group(im.store, rank, size, im.options.timeout());
+  } else {
+    im.pg = detail::make_gloo_group(
+        im.store, rank, size, im.options.timeout(), im.bind_host);
+  }
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(
@@ -235,12 +245,7 @@ ProcessGroup::ProcessGroup(
   im.bind_host = bind_host;
   const auto started = std::chrono::steady_clock::now();
   try {
-    if (im.backend == "nccl") {
-      im.pg = detail::make_nccl_group(im.store, rank, size, options.timeout());
-    } else {
-      im.pg = detail::make_gloo_group(
-          im.store, rank, size, options.timeout(), bind_host);
-    }
+    connect_backend(im, rank, size);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -333,12 +338,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(
   const int rank = static_cast<int>(s.env.rank);
   const int size = static_cast<int>(s.env.world_size);
   try {
-    if (s.backend == "nccl") {
-      s.pg = detail::make_nccl_group(s.store, rank, size, s.options.timeout());
-    } else {
-      s.pg = detail::make_gloo_group(
-          s.store, rank, size, s.options.timeout(), s.bind_host);
-    }
+    connect_backend(s, rank, size);
   } catch (const Error&) {
     throw;
   } catch (...) {
