@@ -88,6 +88,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
   "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# A full disk fails the build in its middle ("cannot write PCH file: No
+# space left on device"); say so first, with what is needed. A flavour's
+# build folder takes about 2.5 GB, its new ccache objects up to 1.5 GB, and
+# the CUDA flavour's torch wheel about 5 GB the first time.
+need_gb=4
+if $cuda && [ ! -x "${XDG_CACHE_HOME:-$HOME/.cache}/ampkit/torch-$torch_version/bin/python" ]; then
+  need_gb=10
+fi
+mkdir -p "$build"
+free_kb="$(df -Pk "$build" | awk 'NR == 2 { print $4 }')"
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((need_gb * 1024 * 1024)) ]; then
+  echo "setup: only $((free_kb / 1024)) MB are free on the disk of $build;" \
+    "setup.sh $mode needs about $need_gb GB. Free space (old" \
+    "build folders or clones, 'ccache -C' for the compiler cache in" \
+    "${CCACHE_DIR:-$HOME/.cache/ccache}) and run this again." >&2
+  exit 1
+fi
+
 jobs="$(nproc)"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # Both flavours' objects and precompiled headers (about 700 MB each, cached
