@@ -5,22 +5,25 @@
 #     zero_stage 0 (DDP), 1 and 2; the bound is 1/N + 5% of DDP's;
 #  2. step time at 2 processes: DDP, stage 1 and stage 2 alternating, 3
 #     rounds, medians (one intra-op thread per process).
-# Usage: bash bench/zero_bench.sh [BUILD_DIR] [WIDTH]
+# Usage: bash bench/zero_bench.sh [BUILD_DIR] [WIDTH] [BUCKET_MB]
+# (BUCKET_MB: bucket_cap_mb for DDP's all-reduce and ZeRO-2's
+# reduce-scatter alike, 25 by default)
 set -euo pipefail
 build="${1:-build}"
 width="${2:-1024}"
+bucket="${3:-25}"
 exe="$build/bench/zero_bench"
 source "$(dirname "$0")/launch.sh"
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 for n in 1 2 4; do
   for stage in 0 1 2; do
-    launch "$n" timeout 600 "$exe" "$stage" "$width" 3 | sed 's/^/memory /' >>"$out"
+    launch "$n" timeout 600 "$exe" "$stage" "$width" 3 "$bucket" | sed 's/^/memory /' >>"$out"
   done
 done
 for round in 1 2 3; do
   for stage in 0 1 2; do
-    launch 2 timeout 600 "$exe" "$stage" "$width" 20 | sed 's/^/time /' >>"$out"
+    launch 2 timeout 600 "$exe" "$stage" "$width" 20 "$bucket" | sed 's/^/time /' >>"$out"
   done
 done
 python3 - "$out" <<'PY'

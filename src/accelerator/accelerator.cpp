@@ -651,7 +651,10 @@ PreparedOptimizer Accelerator::prepare_optimizer(
   }
   if (st.options.zero_stage > 0) {
     entry.sharded = std::make_shared<optim::ShardedOptimizer>(
-        optimizer, st.group, st.options.zero_stage);
+        optimizer,
+        st.group,
+        st.options.zero_stage,
+        static_cast<int64_t>(st.options.bucket_cap_mb * 1024 * 1024));
     if (st.scaler && st.group) {
       // Each process checks only its shard's gradients: skip together.
       auto group = st.group;
@@ -763,6 +766,13 @@ void Accelerator::backward_unhinted(
                              : loss;
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
+  }
+  if (st.synchronising()) {
+    for (auto& entry : st.optimizers) {
+      if (entry.sharded) {
+        entry.sharded->prepare_for_backward();  // ZeRO-2: reduce during it
+      }
+    }
   }
   st.collective("backward (gradient all-reduce)", [&] {
     scaled.backward({}, retain_graph, create_graph);

@@ -38,8 +38,6 @@ struct ProcessGroup::Impl {
   // After a peer's failure this rank's own error is a consequence, not a
   // cause to report.
   std::atomic<bool> peer_failed{false};
-  // Whether the backend has its own reduce_scatter; asked on first use.
-  std::optional<bool> native_reduce_scatter;
 };
 
 }  // namespace ampkit::dist

@@ -1,5 +1,8 @@
 #include "ampkit/optim/zero.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -17,6 +20,23 @@
 
 namespace ampkit::optim {
 namespace {
+
+/// Runs `ready` after a leaf's gradient accumulator has written .grad (the
+/// hook c10d's Reducer sits on, too).
+class GradientReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradientReadyHook(std::function<void()> ready)
+      : ready_(std::move(ready)) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> ready_;
+};
 
 std::string position_name(size_t g, size_t i) {
   return "param_groups[" + std::to_string(g) + "][" + std::to_string(i) + "]";
@@ -125,11 +145,31 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
+struct ShardedOptimizer::Bucket {
+  int64_t begin = 0;  // flat range
+  int64_t end = 0;
+  size_t first = 0;  // parameters [first, last)
+  size_t last = 0;
+  size_t waiting = 0;   // parameters whose gradient has not come yet
+  torch::Tensor flat;   // the bucket's gradients, while reduced
+  torch::Tensor part;   // this process's part of their sum
+  bool direct = false;  // `part` is the shard gradient's own memory
+  dist::PendingCollective reducing;
+};
+
 ShardedOptimizer::ShardedOptimizer(
     torch::optim::Optimizer& optimizer,
     std::shared_ptr<dist::ProcessGroup> group,
-    int64_t stage)
+    int64_t stage,
+    int64_t bucket_bytes)
     : optimizer_(optimizer), group_(std::move(group)), stage_(stage) {
+  if (bucket_bytes <= 0) {
+    throw InvalidArgument(
+        component::kZero,
+        "the reduce-scatter bucket size must be positive, got " +
+            std::to_string(bucket_bytes) +
+            " bytes. DDP's default bucket_cap_mb is 25.");
+  }
   if (stage != 1 && stage != 2) {
     throw InvalidArgument(
         component::kZero,
@@ -214,6 +254,40 @@ ShardedOptimizer::ShardedOptimizer(
   const int64_t begin = boundaries_[rank_];
   const int64_t end = boundaries_[rank_ + 1];
   shard_grad_ = torch::zeros({end - begin}, flat_.options());
+  if (stage_ == 2) {
+    // Buckets from the last parameter back (backward's order), the first
+    // one small so that its reduce-scatter starts early (DDP's 1 MB).
+    const int64_t element = static_cast<int64_t>(flat_.element_size());
+    int64_t cap = std::min<int64_t>(bucket_bytes, 1024 * 1024);
+    bucket_of_.resize(params_.size());
+    for (size_t last = params_.size(); last > 0;) {
+      Bucket b;
+      b.last = last;
+      b.first = last;
+      int64_t bytes = 0;
+      while (b.first > 0 && (b.first == last || bytes < cap)) {
+        --b.first;
+        bytes += params_[b.first].numel() * element;
+      }
+      b.begin = offsets_[b.first];
+      b.end = offsets_[last - 1] + params_[last - 1].numel();
+      for (size_t i = b.first; i < b.last; ++i) {
+        bucket_of_[i] = buckets_.size();
+      }
+      last = b.first;
+      buckets_.push_back(std::move(b));
+      cap = bucket_bytes;
+    }
+    if (world_ > 1) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+        const uintptr_t key =
+            accumulator->add_post_hook(std::make_unique<GradientReadyHook>(
+                [this, i] { gradient_ready(i); }));
+        hooks_.emplace_back(accumulator, key);
+      }
+    }
+  }
   size_t first = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto last = static_cast<size_t>(group_ends[g]);
@@ -255,27 +329,109 @@ void ShardedOptimizer::reduce_gradients() {
     }
     return;
   }
-  // Stage 2: the local gradients in flat order, averaged as DDP averages
-  // (divided before the sum), reduce-scattered into the shard.
-  auto local = torch::zeros({boundaries_.back()}, flat_.options());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i];
-    if (p.grad().defined()) {
-      laid_out_like(local, p, offsets_[i]).copy_(p.grad());
-      p.mutable_grad() = torch::Tensor();
+  // Stage 2: the buckets the backward did not launch (all of them without
+  // prepare_for_backward), in order, then each bucket's part of the sum
+  // into the shard's gradient.
+  armed_ = false;
+  while (next_bucket_ < buckets_.size()) {
+    launch(next_bucket_++);
+  }
+  next_bucket_ = 0;
+  for (auto& b : buckets_) {
+    b.reducing.wait();
+    const int64_t lo = std::clamp(begin, b.begin, b.end);
+    const int64_t hi = std::clamp(end, b.begin, b.end);
+    if (hi > lo) {
+      auto target = shard_grad_.narrow(0, lo - begin, hi - lo);
+      if (reduced_) {
+        target.add_(b.part);
+      } else if (!b.direct) {
+        target.copy_(b.part);
+      }
     }
-  }
-  auto reduced = reduced_ ? torch::empty_like(shard_grad_) : shard_grad_;
-  if (world_ > 1) {
-    local.div_(static_cast<double>(world_));
-    group_->reduce_scatter(reduced, local, boundaries_);
-  } else {
-    reduced.copy_(local.narrow(0, begin, end - begin));
-  }
-  if (reduced_) {
-    shard_grad_.add_(reduced);
+    b.flat = torch::Tensor();
+    b.part = torch::Tensor();
   }
   reduced_ = true;
+}
+
+ShardedOptimizer::~ShardedOptimizer() {
+  for (auto& [accumulator, key] : hooks_) {
+    std::static_pointer_cast<torch::autograd::Node>(accumulator)
+        ->del_post_hook(key);
+  }
+  // A reduce-scatter still in flight writes into this object's tensors.
+  for (auto& b : buckets_) {
+    try {
+      b.reducing.wait();
+    } catch (...) {
+    }
+  }
+}
+
+void ShardedOptimizer::prepare_for_backward() {
+  if (stage_ != 2 || world_ == 1) {
+    return;
+  }
+  armed_ = true;
+  for (size_t k = next_bucket_; k < buckets_.size(); ++k) {
+    buckets_[k].waiting = buckets_[k].last - buckets_[k].first;
+  }
+}
+
+void ShardedOptimizer::gradient_ready(size_t i) {
+  const size_t k = bucket_of_[i];
+  if (!armed_ || k < next_bucket_ || buckets_[k].waiting == 0) {
+    return;
+  }
+  if (--buckets_[k].waiting > 0) {
+    return;
+  }
+  // In bucket order, so that every process issues the same collectives in
+  // the same order even when its gradients come in another.
+  while (next_bucket_ < buckets_.size() &&
+         buckets_[next_bucket_].waiting == 0) {
+    launch(next_bucket_++);
+  }
+}
+
+void ShardedOptimizer::launch(size_t k) {
+  torch::NoGradGuard no_grad;
+  Bucket& b = buckets_[k];
+  // The local gradients in flat order, averaged as DDP averages (divided
+  // before the sum) in the same pass; a parameter without one contributes
+  // zeros.
+  b.flat = torch::empty({b.end - b.begin}, flat_.options());
+  const auto processes =
+      torch::scalar_tensor(static_cast<double>(world_), flat_.options());
+  for (size_t i = b.first; i < b.last; ++i) {
+    auto& p = params_[i];
+    auto piece = laid_out_like(b.flat, p, offsets_[i] - b.begin);
+    if (p.grad().defined()) {
+      at::div_out(piece, p.grad(), processes);
+      p.mutable_grad() = torch::Tensor();
+    } else {
+      piece.zero_();
+    }
+  }
+  const int64_t begin = boundaries_[rank_];
+  const int64_t lo = std::clamp(begin, b.begin, b.end);
+  const int64_t hi = std::clamp(boundaries_[rank_ + 1], b.begin, b.end);
+  b.direct = false;
+  if (world_ == 1) {
+    b.part = b.flat;
+    return;
+  }
+  std::vector<int64_t> parts;
+  for (int64_t r = 0; r <= world_; ++r) {
+    parts.push_back(std::clamp(boundaries_[r], b.begin, b.end) - b.begin);
+  }
+  // The first reduce since zero_grad writes straight into the shard's
+  // gradient; a later one (a second backward) into a part added to it.
+  b.direct = !reduced_ && hi > lo;
+  b.part = b.direct ? shard_grad_.narrow(0, lo - begin, hi - lo)
+                    : torch::empty({hi - lo}, flat_.options());
+  b.reducing = group_->reduce_scatter_async(b.part, b.flat, parts);
 }
 
 void ShardedOptimizer::gather_parameters() {
@@ -314,6 +470,15 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
   torch::NoGradGuard no_grad;
   shard_grad_.zero_();
   reduced_ = false;
+  // Buckets a prepared backward launched whose reduce never came: every
+  // process issued them, so they are finished and dropped.
+  armed_ = false;
+  next_bucket_ = 0;
+  for (auto& b : buckets_) {
+    b.reducing.wait();
+    b.flat = torch::Tensor();
+    b.part = torch::Tensor();
+  }
 }
 
 void ShardedOptimizer::load_resplit(

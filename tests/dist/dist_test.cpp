@@ -284,6 +284,14 @@ TEST_F(DistTest, ZeroHoldsItsShardOfTheStateAndGradients) {
   }
 }
 
+TEST_F(DistTest, ZeroStageTwoReduceScattersEachBucketDuringBackward) {
+  auto results = run(2, {"zero_overlap"});
+  expect_all_ok(results);
+  for (const auto& r : results) {
+    EXPECT_THAT(r.out, testing::HasSubstr("buckets ok"));
+  }
+}
+
 // The inf is in rank 1's local gradient of a value rank 0's shard holds:
 // without agreeing on found_inf, rank 0 would skip and rank 1 step.
 TEST_F(DistTest, ZeroInfOnOneRankSkipsTheStepOnEveryRank) {

@@ -138,6 +138,10 @@ int zero_train(
           .mixed_precision(precision)
           .gradient_accumulation_steps(accumulation)
           .zero_stage(stage)
+          // Buckets of about 100 bytes: DDP's all-reduce and ZeRO-2's
+          // reduce-scatter run bucket by bucket during backward, some
+          // buckets within one process's shard, one across the boundary.
+          .bucket_cap_mb(1e-4)
           .loss_scaling(inject)
           // A negative clip: the same clipping by the option, without calls.
           .gradient_clipping(clip < 0 ? -clip : 0.0));
@@ -192,6 +196,74 @@ int zero_train(
       "skipped " + std::to_string(skipped) + " steps, expected " +
           (inject ? "1 (the injected inf)" : "0"));
   return same_weights_saved(accelerator, net, out);
+}
+
+// ZeRO stage 2's reduce-scatter during backward, with one bucket per
+// parameter. A parameter that only rank 0 uses comes first in flat order,
+// so its bucket is the last to be issued: on rank 1 it never completes in
+// backward and is issued by reduce_gradients, after the others, in the
+// same order as on rank 0. After a prepared backward every gradient has
+// been handed to its bucket (.grad freed); the shard's gradient is the
+// average of the processes' local gradients, as without preparing.
+int zero_overlap() {
+  ampkit::Accelerator accelerator(base_options());
+  std::shared_ptr<ampkit::dist::ProcessGroup> group(
+      accelerator.process_group(), [](ampkit::dist::ProcessGroup*) {});
+  const int64_t rank = accelerator.process_index();
+  torch::manual_seed(3);
+  Net net;
+  auto extra = torch::ones({5}).requires_grad_();
+  std::vector<torch::Tensor> params{extra};
+  for (auto& p : net->parameters()) {
+    params.push_back(p);
+  }
+  torch::optim::SGD sgd(params, 0.1);
+  ampkit::optim::ShardedOptimizer sharded(sgd, group, 2, /*bucket_bytes=*/1);
+  auto [x, y] = global_batch(rank, 8);
+  auto loss_of = [&, x = x, y = y] {
+    auto loss = torch::mse_loss(net->forward(x), y);
+    return rank == 0 ? loss + extra.square().sum() : loss;
+  };
+  // The average of the local gradients, by hand, in flat order.
+  loss_of().backward();
+  std::vector<torch::Tensor> local;
+  for (auto& p : params) {
+    local.push_back(
+        p.grad().defined() ? p.grad().reshape({-1})
+                           : torch::zeros({p.numel()}));
+  }
+  auto average = torch::cat(local) / 2.0;
+  group->all_reduce(average, ampkit::dist::ReduceOp::sum);
+  const auto& bounds = sharded.boundaries();
+  auto expected =
+      average.narrow(0, bounds[rank], bounds[rank + 1] - bounds[rank]);
+  auto shard_gradient = [&] {
+    return sgd.param_groups()[0].params()[0].grad().clone();
+  };
+  sharded.reduce_gradients();  // not prepared: every bucket issued now
+  auto after = shard_gradient();
+  sharded.zero_grad(true);
+  sharded.prepare_for_backward();
+  loss_of().backward();
+  int64_t still_held = 0;
+  for (auto& p : params) {
+    still_held += p.grad().defined() ? 1 : 0;
+  }
+  CHECK_OR_FAIL(
+      still_held == 0,
+      std::to_string(still_held) +
+          " parameter(s) still hold their gradient after a prepared "
+          "backward: their buckets were not issued during it");
+  sharded.reduce_gradients();
+  auto during = shard_gradient();
+  CHECK_OR_FAIL(
+      torch::allclose(after, expected, 0, 1e-7),
+      "the shard's gradient is not the processes' average");
+  CHECK_OR_FAIL(
+      during.equal(after),
+      "reducing during backward gave another shard gradient than after it");
+  std::cout << "rank " << rank << " buckets ok" << std::endl;
+  return 0;
 }
 
 // save_state at step 5 of 10, train on, load_state and train steps 5-10
@@ -1065,6 +1137,9 @@ int main(int argc, char** argv) {
           argv[5],
           std::stod(argv[6]),
           std::string(argv[7]) == "inject");
+    }
+    if (scenario == "zero_overlap") {
+      return zero_overlap();
     }
     if (scenario == "zero_resume" && argc == 4) {
       return zero_resume(argv[2], std::stoll(argv[3]));

@@ -129,20 +129,28 @@ class ProcessGroup {
   /// every process) across processes and writes this process's part of the
   /// sum, flat[boundaries[rank], boundaries[rank + 1]), into `output`.
   /// `boundaries` has size() + 1 non-decreasing offsets from 0 to
-  /// flat.numel(). Where the backend has reduce_scatter (NCCL; Gloo from
-  /// LibTorch 2.x) the parts are padded to one length and it runs; where it
-  /// has not (Gloo in LibTorch 1.13) `flat` is all-reduced in place and the
-  /// part copied out, which moves twice the data a reduce-scatter moves.
+  /// flat.numel(). NCCL runs its reduce-scatter (parts padded to one length
+  /// where they differ). Gloo all-reduces `flat` in place and copies the
+  /// part out: that moves twice the data, but Gloo's own reduce_scatter
+  /// (LibTorch 2.x; 1.13 has none) is slower than its all-reduce.
   void reduce_scatter(
+      torch::Tensor& output,
+      torch::Tensor& flat,
+      const std::vector<int64_t>& boundaries);
+  /// reduce_scatter, issued now and finished (`output` written) by the
+  /// result's wait(); `flat` and `output` must stay as they are until then.
+  /// NCCL with equal parts reduce-scatters `flat` directly (c10d's
+  /// _reduce_scatter_base), without a padded copy.
+  PendingCollective reduce_scatter_async(
       torch::Tensor& output,
       torch::Tensor& flat,
       const std::vector<int64_t>& boundaries);
   /// Whether the backend sums tensors of `dtype` (Gloo in LibTorch 1.13
   /// has no bf16; gathers move any dtype, bf16 as bytes there).
   bool can_sum(c10::ScalarType dtype) const;
-  /// Whether reduce_scatter runs the backend's own (a collective the first
-  /// time: it asks the backend once, on every process).
-  bool has_reduce_scatter();
+  /// Whether reduce_scatter runs the backend's own (NCCL) rather than an
+  /// all-reduce (Gloo).
+  bool has_reduce_scatter() const;
   /// Every process's shape of `tensor`; with debug on, each collective
   /// calls it and throws when they differ.
   std::vector<std::vector<int64_t>> all_shapes(const torch::Tensor& tensor);

@@ -50,7 +50,9 @@ int64_t gradient_bytes(const std::vector<torch::Tensor>& parameters);
 /// only that slice and creates state for it only.
 ///
 /// Per step:
-///   backward (stage 1: gradients all-reduced as in DDP; stage 2: local)
+///   prepare_for_backward()  stage 2: reduce-scatter during the backward
+///   backward (stage 1: gradients all-reduced as in DDP; stage 2: local,
+///             each bucket reduce-scattered as soon as it is complete)
 ///   reduce_gradients()   shard's averaged gradient into the shard's grad
 ///   [unscale, clip on shard_gradients(), with norms summed across processes]
 ///   optimizer.step()
@@ -60,12 +62,25 @@ class ShardedOptimizer {
   /// `group` nullptr: one process, whose shard is everything. `stage`: 1 or
   /// 2. The optimizer must not have stepped yet; its trainable parameters
   /// must share one dtype and device, be dense, and appear once.
+  /// `bucket_bytes`: stage 2 reduce-scatters the gradients in buckets of
+  /// about this size (the last parameters' first, in a 1 MB bucket, as
+  /// DDP's all-reduce buckets).
   ShardedOptimizer(
       torch::optim::Optimizer& optimizer,
       std::shared_ptr<dist::ProcessGroup> group,
-      int64_t stage);
+      int64_t stage,
+      int64_t bucket_bytes = 25 * 1024 * 1024);
+  ~ShardedOptimizer();
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+
+  /// Stage 2, before a backward whose gradients reduce_gradients() will
+  /// reduce: during that backward, each bucket whose parameters all have
+  /// their gradient is reduce-scattered (asynchronously, buckets in the
+  /// same order on every process) and its gradients freed, so that the
+  /// communication overlaps the rest of backward. Gradients that a later
+  /// backward adds stay in .grad for the next reduce. Stage 1: nothing.
+  void prepare_for_backward();
 
   /// After the backward that synchronises. Stage 1: copies this shard's
   /// part of the (already all-reduced) gradients into the shard gradient.
@@ -135,6 +150,17 @@ class ShardedOptimizer {
   /// The part of shard_grad_ that holds parameter i (undefined when this
   /// process's shard has none of it), and where that part starts in it.
   torch::Tensor owned_gradient(size_t i, int64_t* start = nullptr) const;
+
+  /// Stage 2's buckets: contiguous ranges of parameters, last first.
+  struct Bucket;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // each parameter's bucket
+  size_t next_bucket_ = 0;         // the next to launch
+  bool armed_ = false;             // prepare_for_backward, not yet reduced
+  // The gradient accumulators the readiness hooks sit on, and their keys.
+  std::vector<std::pair<std::shared_ptr<void>, uintptr_t>> hooks_;
+  void gradient_ready(size_t i);
+  void launch(size_t k);
 
   torch::Tensor shard_grad_;  // the gradient of [begin, end)
   // Stage 2: a second backward before zero_grad adds to the shard.
