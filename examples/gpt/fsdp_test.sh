@@ -6,10 +6,13 @@
 # FSDP run ends at DDP's weights within 1e-6, and holds at most
 # (1/N + 5%) of DDP's bytes for parameters, gradients and optimizer state.
 # A FULL_SHARD run resumed from its checkpoint half way (each process's
-# optimizer shard, the whole model's weights) ends bit-identical to the run
-# that never stopped. Resumed on one process more (its optimizer shards
+# optimizer shard, and each process's model shards with SHARDED_STATE_DICT,
+# the default here, or the whole model's weights with
+# FSDP_TEST_STATE_DICT=FULL_STATE_DICT) ends bit-identical to the run that
+# never stopped. Resumed on one process more (its optimizer shards
 # joined and split again), it ends at the weights of DDP resumed on as many
-# processes from DDP's checkpoint of the same step. HYBRID_SHARD runs with the processes split into
+# processes from DDP's checkpoint of the same step (the model's shards
+# joined and split again too). HYBRID_SHARD runs with the processes split into
 # FSDP_TEST_MACHINES (default 2) "machines" (LOCAL_WORLD_SIZE): sharded
 # within each, replicated across them, also at DDP's weights.
 # "At DDP's weights": equal within 1e-6, except the attention key biases
@@ -22,6 +25,7 @@ set -euo pipefail
 bin="$1" out="$2" steps="${3:-50}" config="${4:-tiny}"
 n="${FSDP_TEST_PROCESSES:-2}"
 machines="${FSDP_TEST_MACHINES:-2}"
+state_dict="${FSDP_TEST_STATE_DICT:-SHARDED_STATE_DICT}"
 [ $((n % machines)) -eq 0 ] || { echo "gpt fsdp_test: $n processes do not split into $machines machines" >&2; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "gpt fsdp_test: $*" >&2; exit 1; }
@@ -48,12 +52,17 @@ run() {
 half=$((steps / 2))
 run ddp --checkpointing-steps "$half"
 prefetch=(--forward-prefetch --backward-prefetch BACKWARD_PRE)
-run full_shard --fsdp FULL_SHARD "${prefetch[@]}" --checkpointing-steps "$half"
+saving=(--fsdp-state-dict-type "$state_dict")
+run full_shard --fsdp FULL_SHARD "${prefetch[@]}" "${saving[@]}" --checkpointing-steps "$half"
 ckpt="$out/full_shard/checkpoints/checkpoint_$half"
 [ -f "$ckpt/manifest.json" ] || fail "no checkpoint_$half"
+if [ "$state_dict" = SHARDED_STATE_DICT ]; then
+  [ -f "$ckpt/model_rank$((n - 1)).safetensors" ] && [ ! -f "$ckpt/model.safetensors" ] ||
+    fail "SHARDED_STATE_DICT: no per-process model files in $ckpt: $(ls "$ckpt")"
+fi
 mkdir -p "$out/resumed/checkpoints"
 cp -r "$ckpt" "$out/resumed/checkpoints/"
-run resumed --fsdp FULL_SHARD "${prefetch[@]}" --resume-from-checkpoint latest
+run resumed --fsdp FULL_SHARD "${prefetch[@]}" "${saving[@]}" --resume-from-checkpoint latest
 grep -q "resumed from .*checkpoint_$half at step $half" "$out/resumed.0.log" ||
   fail "did not resume from checkpoint_$half: $(cat "$out/resumed.0.log")"
 cmp "$out/full_shard/model/model.safetensors" "$out/resumed/model/model.safetensors" ||

@@ -164,6 +164,7 @@ struct Args : examples::RunFlags {
   std::string fsdp;  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD
   bool activation_checkpointing = false;
   std::string backward_prefetch = "NO_PREFETCH";
+  std::string fsdp_state_dict_type = "FULL_STATE_DICT";
   bool forward_prefetch = false;
 };
 
@@ -264,7 +265,9 @@ int run(const Args& args) {
                      .activation_checkpointing(args.activation_checkpointing)
                      .backward_prefetch(ampkit::dist::parse_backward_prefetch(
                          args.backward_prefetch))
-                     .forward_prefetch(args.forward_prefetch));
+                     .forward_prefetch(args.forward_prefetch)
+                     .state_dict_type(ampkit::dist::parse_state_dict_type(
+                         args.fsdp_state_dict_type)));
   }
   if (args.tf32 != "default") {
     // fp32 matmuls and convolutions on TF32 tensor cores (on), or strict
@@ -567,6 +570,11 @@ int main(int argc, char** argv) {
       examples::flags("backward-prefetch"),
       args.backward_prefetch,
       "with --fsdp: BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH (default)");
+  app.add_option(
+      examples::flags("fsdp-state-dict-type"),
+      args.fsdp_state_dict_type,
+      "with --fsdp, how checkpoints hold the model: FULL_STATE_DICT "
+      "(default: one file) or SHARDED_STATE_DICT (each process's shards)");
   app.add_flag(
       examples::flags("forward-prefetch"),
       args.forward_prefetch,

@@ -39,6 +39,11 @@ std::string shard_file(size_t i, int64_t rank) {
   return indexed("optimizer", i, "_rank" + std::to_string(rank) + ".bin");
 }
 
+// FSDP's SHARDED_STATE_DICT: each process's shards of model i.
+std::string model_shard_file(size_t i, int64_t rank) {
+  return indexed("model", i, "_rank" + std::to_string(rank) + ".safetensors");
+}
+
 std::string rng_file(int64_t rank) {
   return "random_states_" + std::to_string(rank) + ".bin";
 }
@@ -178,8 +183,10 @@ ResumedRng resumed_rng(
 size_t count_indexed(
     const ck::Manifest& m, const std::string& stem, const std::string& ext) {
   size_t n = 0;
+  // Whole, or one file per process (sharded optimizers, FSDP's sharded
+  // models).
   while (m.find(indexed(stem, n, ext)) != nullptr ||
-         (stem == "optimizer" && m.find(shard_file(n, 0)) != nullptr)) {
+         m.find(indexed(stem, n, "_rank0" + ext)) != nullptr) {
     ++n;
   }
   return n;
@@ -200,6 +207,22 @@ ck::Manifest::Partition fsdp_partition(int64_t processes) {
     p.boundaries.push_back(r);
   }
   return p;
+}
+
+// Whether model i is saved as each process's shards (FSDP with
+// SHARDED_STATE_DICT) rather than whole.
+bool saves_shards(const detail::AcceleratorState& st, size_t i) {
+  return i < st.fsdp.size() && st.fsdp[i] &&
+         st.fsdp[i]->options().state_dict_type() ==
+             dist::StateDictType::sharded_state_dict;
+}
+
+// This process's file of model i under SHARDED_STATE_DICT: its shard of
+// each flat buffer, with their layout in the safetensors metadata.
+std::string encode_local_shards(const dist::FullyShardedModel& fsdp) {
+  auto saved = fsdp.local_shards();
+  saved.layout["format"] = "pt";
+  return ck::encode_safetensors(saved.tensors, saved.layout);
 }
 
 // Model i's weights for saving (FULL_STATE_DICT). Under FSDP they are
@@ -559,12 +582,19 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   // gathered buffer by buffer for the writers.
   std::vector<ck::NamedTensors> weights;
   for (size_t i = 0; i < st.models.size(); ++i) {
-    weights.push_back(state_for_saving(st, i, writer.has_value()));
+    weights.push_back(
+        saves_shards(st, i) ? ck::NamedTensors{}
+                            : state_for_saving(st, i, writer.has_value()));
   }
   const std::string rng = encode_rng(get_rng_state());
   if (writer) {
     writer->write(rng_file(rank), rng);
     for (size_t i = 0; i < st.models.size(); ++i) {
+      if (saves_shards(st, i)) {
+        writer->write(
+            model_shard_file(i, rank), encode_local_shards(*st.fsdp[i]));
+        continue;
+      }
       writer->write(
           indexed("model", i, ".safetensors"),
           ck::encode_safetensors(weights[i], {{"format", "pt"}}));
@@ -611,6 +641,14 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     writer->write(kStateFile, state.dump(2) + "\n");
   } else {
     ck::write_file(target, rng_file(rank), rng);
+    for (size_t i = 0; i < st.models.size(); ++i) {
+      if (saves_shards(st, i)) {
+        ck::write_file(
+            target,
+            model_shard_file(i, rank),
+            encode_local_shards(*st.fsdp[i]));
+      }
+    }
     // Each rank's optimizer shards are its own to write.
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       if (per_process(st.optimizers[i])) {
@@ -633,6 +671,11 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     ck::Manifest manifest;
     for (const int64_t r : held) {
       writer->record(rng_file(r));
+      for (size_t i = 0; i < st.models.size(); ++i) {
+        if (saves_shards(st, i)) {
+          writer->record(model_shard_file(i, r));
+        }
+      }
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       const auto& sharded = st.optimizers[i].sharded;
@@ -733,10 +776,26 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   const c10::Device device = detail::device(st);
 
   // Read and check everything before changing anything.
+  // Each model whole, or (FSDP's SHARDED_STATE_DICT) as every process's
+  // shards, read when they are loaded.
   std::vector<ck::NamedTensors> models;
+  std::vector<bool> in_shards;
   for (size_t i = 0; i < st.models.size(); ++i) {
     const std::string name = indexed("model", i, ".safetensors");
-    models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
+    in_shards.push_back(m.find(name) == nullptr);
+    if (!in_shards.back()) {
+      models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
+      continue;
+    }
+    models.emplace_back();
+    if (i >= st.fsdp.size() || !st.fsdp[i]) {
+      throw InvalidArgument(
+          component::kAccelerator,
+          target + " holds model " + std::to_string(i) +
+              " as FSDP shards (SHARDED_STATE_DICT, " + model_shard_file(i, 0) +
+              " ...), but this run does not shard it. Resume it with FSDP, "
+              "on any number of processes.");
+    }
   }
   // Each optimizer's files: its own, or for a sharded optimizer saved by
   // another number of processes every saved shard, to re-split.
@@ -826,13 +885,41 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         path(indexed("scheduler", i, ".bin")));
   }
 
-  {
+  for (size_t i = 0; i < st.models.size(); ++i) {
+    if (!in_shards[i]) {
+      continue;
+    }
+    // Each process reads its own file when the layout is the same, else
+    // every process's, and keeps its part.
+    st.fsdp[i]->load_local_shards(m.world_size, [&](int64_t q) {
+      const std::string name = model_shard_file(i, q);
+      if (m.find(name) == nullptr) {
+        throw IoError(
+            component::kAccelerator,
+            target + " lacks " + name + ": resuming FSDP model " +
+                std::to_string(i) + " on " + std::to_string(num_processes()) +
+                " processes needs the shards of all " +
+                std::to_string(m.world_size) +
+                " processes that saved it. On machines that share no "
+                "filesystem, copy every machine's shard files into one "
+                "checkpoint folder.");
+      }
+      auto saved = ck::decode_safetensors(file(name), path(name));
+      return dist::FullyShardedModel::SavedShards{
+          std::move(saved.tensors), std::move(saved.metadata)};
+    });
+  }
+  if (std::find(in_shards.begin(), in_shards.end(), false) != in_shards.end()) {
     // FSDP: loaded into the full parameters, then each process keeps its
     // shard.
     const auto full = summon_full_params();
     for (size_t i = 0; i < st.models.size(); ++i) {
-      ck::load_model_state(
-          *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
+      if (!in_shards[i]) {
+        ck::load_model_state(
+            *st.models[i],
+            models[i],
+            path(indexed("model", i, ".safetensors")));
+      }
     }
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {

@@ -261,6 +261,9 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
   if (auto v = env("FSDP_FORWARD_PREFETCH")) {
     o.forward_prefetch(env_bool("FSDP_FORWARD_PREFETCH", *v));
   }
+  if (auto v = env("FSDP_STATE_DICT_TYPE")) {
+    o.state_dict_type(dist::parse_state_dict_type(upper(*v)));
+  }
   // What ampkit does not build, each with the one value it accepts (a
   // boolean's "false" also stands for unset) and the reason.
   struct Only {
@@ -273,11 +276,6 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
        "false",
        "offloading parameters to the CPU is not built in ampkit. Set "
        "fsdp_offload_params: false."},
-      {"FSDP_STATE_DICT_TYPE",
-       "FULL_STATE_DICT",
-       "ampkit saves FULL_STATE_DICT (the whole model's weights, and each "
-       "process's optimizer shard). Set fsdp_state_dict_type: "
-       "FULL_STATE_DICT."},
       {"FSDP_VERSION",
        "1",
        "ampkit's FSDP follows FSDP1's units and flat parameters. Set "

@@ -163,11 +163,17 @@ void read_fsdp_config(
             "false.");
       }
     } else if (key == "fsdp_state_dict_type") {
-      if (word != "FULL_STATE_DICT") {
+      if (word == "LOCAL_STATE_DICT") {
         fail(
             shown +
-            ": ampkit saves FULL_STATE_DICT (the whole model's weights, and "
-            "each process's optimizer shard). Valid value: FULL_STATE_DICT.");
+            ": LOCAL_STATE_DICT (deprecated in PyTorch) is not built in "
+            "ampkit. Valid values: SHARDED_STATE_DICT, FULL_STATE_DICT.");
+      }
+      if (word != "FULL_STATE_DICT" && word != "SHARDED_STATE_DICT") {
+        fail(
+            shown +
+            " is not a state dict type. Valid values: SHARDED_STATE_DICT, "
+            "FULL_STATE_DICT.");
       }
       set("FSDP_STATE_DICT_TYPE", word);
     } else if (key == "fsdp_activation_checkpointing") {

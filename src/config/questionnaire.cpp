@@ -389,17 +389,39 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
                   1)) +
               "\n";
     }
+    // accelerate's order: backward prefetch, state dict type (SHARDED,
+    // accelerate's default, first; LOCAL_STATE_DICT is not built), forward
+    // prefetch.
+    static const char* kPrefetch[] = {
+        "BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+    const size_t backward_prefetch = q.ask_menu(
+        "What should be your FSDP's backward prefetch policy?",
+        {{"BACKWARD_PRE", {}}, {"BACKWARD_POST", {}}, {"NO_PREFETCH", {}}});
+    static const char* kStateDicts[] = {
+        "SHARDED_STATE_DICT", "FULL_STATE_DICT"};
+    const size_t state_dict = q.ask_menu(
+        "What should be your FSDP's state dict type?",
+        {{"SHARDED_STATE_DICT", {}}, {"FULL_STATE_DICT", {}}},
+        "(SHARDED: each process saves its own shards; FULL: one file of the "
+        "whole model)");
+    const bool forward_prefetch = q.ask_bool(
+        "Do you want to enable FSDP's forward prefetch policy?", false);
     const bool checkpointing = q.ask_bool(
         "Do you want to enable FSDP activation checkpointing?", false);
     fsdp += std::string(checkpointing ? "true" : "false") + "\n" + wrap +
-            "fsdp_backward_prefetch: NO_PREFETCH\n"
+            "fsdp_backward_prefetch: " + kPrefetch[backward_prefetch] +
+            "\n"
             "fsdp_cpu_ram_efficient_loading: true\n"
-            "fsdp_forward_prefetch: false\n"
+            "fsdp_forward_prefetch: " +
+            (forward_prefetch ? "true" : "false") +
+            "\n"
             "fsdp_offload_params: false\n"
             "fsdp_sharding_strategy: " +
             kStrategies[strategy] +
             "\n"
-            "fsdp_state_dict_type: FULL_STATE_DICT\n"
+            "fsdp_state_dict_type: " +
+            kStateDicts[state_dict] +
+            "\n"
             "fsdp_sync_module_states: true\n"
             "fsdp_use_orig_params: true\n";
   }

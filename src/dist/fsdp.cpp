@@ -88,6 +88,32 @@ std::string to_string(BackwardPrefetch prefetch) {
   return "?";
 }
 
+StateDictType parse_state_dict_type(const std::string& value) {
+  if (value == "FULL_STATE_DICT" || value == "1") {
+    return StateDictType::full_state_dict;
+  }
+  if (value == "SHARDED_STATE_DICT" || value == "3") {
+    return StateDictType::sharded_state_dict;
+  }
+  if (value == "LOCAL_STATE_DICT" || value == "2") {
+    throw Unsupported(
+        component::kDistributed,
+        "fsdp_state_dict_type LOCAL_STATE_DICT (deprecated in PyTorch) is not "
+        "built in ampkit. Use SHARDED_STATE_DICT (each process saves its own "
+        "shards) or FULL_STATE_DICT (the whole model in one file).");
+  }
+  throw InvalidArgument(
+      component::kDistributed,
+      "fsdp_state_dict_type: expected FULL_STATE_DICT or SHARDED_STATE_DICT "
+      "(or PyTorch's 1, 3), got '" +
+          value + "'.");
+}
+
+std::string to_string(StateDictType type) {
+  return type == StateDictType::sharded_state_dict ? "SHARDED_STATE_DICT"
+                                                   : "FULL_STATE_DICT";
+}
+
 namespace detail {
 
 /// One flat buffer: parameters of one unit that share a dtype, whether
@@ -110,6 +136,11 @@ struct FlatParam {
   bool gathered = false;
   // A prefetch's all-gather into `full`, not yet waited for.
   PendingCollective inflight;
+  // A synchronising backward's reduce-scatter of this buffer's gradients
+  // into `reduced` (this process's part), not yet added into the shard's
+  // gradient (Impl::finish_reduces).
+  PendingCollective reducing;
+  torch::Tensor reduced;
   // The dtype `full` is gathered in for computing (MixedPrecision's
   // param_dtype; the shard's own without it).
   c10::ScalarType compute_dtype = c10::ScalarType::Float;
@@ -196,8 +227,15 @@ struct FullyShardedModel::Impl {
   void release(FlatParam& f);
   /// Reduce-scatters `grads` (one per parameter of f, undefined for none)
   /// into f's shard gradient.
+  /// The reduce-scatter is issued and runs while backward goes on; it is
+  /// finished by finish_reduces.
   void reduce(FlatParam& f, const std::vector<torch::Tensor>& grads);
   void reduce(FsdpUnit& u);  // from the parameters' .grad()
+  /// Waits for the reduce-scatters issued so far (in their order) and adds
+  /// each part into its shard's gradient; called before the next unit's
+  /// are issued, so that one unit's full gradients at most are in flight.
+  void finish_reduces();
+  std::vector<FlatParam*> reducing;
   void collect_shards();
   /// HYBRID_SHARD: `group` becomes this machine's processes, `replicas`
   /// the processes with this one's local rank on every machine.
@@ -435,6 +473,7 @@ struct UnitFunction : torch::autograd::Function<UnitFunction> {
     if (placed && prefetch == BackwardPrefetch::backward_post) {
       m.prefetch(at, -1);
     }
+    m.finish_reduces();  // the unit before this one's
     {
       torch::NoGradGuard no_grad;
       size_t next = input_slot.size();
@@ -613,13 +652,13 @@ void FullyShardedModel::Impl::reduce(
   if (wire != own) {
     flat = flat.to(wire);  // MixedPrecision's reduce_dtype
   }
-  torch::Tensor part = flat;
   const int64_t processes = world * (replicas ? replicas->size() : 1);
   if (processes > 1) {
     // DDP's order (c10d's Reducer): multiply by 1 / the process count,
     // then sum.
     flat.mul_(1.0 / static_cast<double>(processes));
   }
+  f.reduced = flat;
   if (world > 1 && !sharded()) {
     group->all_reduce(flat, ReduceOp::sum);
   } else if (world > 1) {
@@ -627,25 +666,38 @@ void FullyShardedModel::Impl::reduce(
     for (int64_t r = 0; r <= world; ++r) {
       bounds.push_back(r * f.shard_size);
     }
-    part = torch::empty({f.shard_size}, flat.options());
-    group->reduce_scatter(part, flat, bounds);
+    f.reduced = torch::empty({f.shard_size}, flat.options());
+    f.reducing = group->reduce_scatter_async(f.reduced, flat, bounds);
   }
-  if (replicas) {
-    // HYBRID_SHARD: the machine's sum, then the sum across machines.
-    replicas->all_reduce(part, ReduceOp::sum);
-  }
-  if (part.scalar_type() != own) {
-    part = part.to(own);
-  }
-  torch::Tensor& g = f.shard.mutable_grad();
-  if (g.defined()) {
-    g.add_(part);
-  } else {
-    g = part;
+  reducing.push_back(&f);
+}
+
+void FullyShardedModel::Impl::finish_reduces() {
+  torch::NoGradGuard no_grad;
+  auto issued = std::move(reducing);
+  reducing.clear();
+  for (FlatParam* f : issued) {
+    f->reducing.wait();
+    torch::Tensor part = std::move(f->reduced);
+    f->reduced = torch::Tensor();
+    if (replicas) {
+      // HYBRID_SHARD: the machine's sum, then the sum across machines.
+      replicas->all_reduce(part, ReduceOp::sum);
+    }
+    if (part.scalar_type() != f->shard.scalar_type()) {
+      part = part.to(f->shard.scalar_type());
+    }
+    torch::Tensor& g = f->shard.mutable_grad();
+    if (g.defined()) {
+      g.add_(part);
+    } else {
+      g = part;
+    }
   }
 }
 
 void FullyShardedModel::Impl::reduce(FsdpUnit& u) {
+  finish_reduces();
   torch::NoGradGuard no_grad;
   for (auto& f : u.flats) {
     if (!f.shard.requires_grad()) {
@@ -1080,6 +1132,7 @@ void FullyShardedModel::after_backward() {
     return;
   }
   im.reduce(root);
+  im.finish_reduces();
   im.release(root);
   std::string missing;
   for (size_t k = 1; k < im.units.size(); ++k) {
@@ -1365,6 +1418,151 @@ void FullyShardedModel::load_resharded(
   } catch (...) {
     restore();
     throw;
+  }
+}
+
+namespace {
+
+// A flat buffer's name in sharded files: its unit's module path ("" is the
+// root) and its index there (one buffer per param group and dtype).
+std::string buffer_name(const FsdpUnit& u, size_t k) {
+  return (u.name.empty() ? std::string("(root)") : u.name) + "#" +
+         std::to_string(k);
+}
+
+// What must agree for a saved buffer to load: its length and parameters.
+std::string buffer_layout(const FlatParam& f) {
+  return std::to_string(f.total) + " " + ampkit::detail::join(f.names, ",");
+}
+
+constexpr const char* kPartKey = "fsdp_part";
+constexpr const char* kPartsKey = "fsdp_parts";
+
+}  // namespace
+
+FullyShardedModel::SavedShards FullyShardedModel::local_shards() const {
+  const auto& im = *impl_;
+  SavedShards out;
+  for (const auto& u : im.units) {
+    for (size_t k = 0; k < u->flats.size(); ++k) {
+      const FlatParam& f = u->flats[k];
+      const std::string name = buffer_name(*u, k);
+      out.tensors.emplace_back(name, f.shard.detach());
+      out.layout[name] = buffer_layout(f);
+    }
+  }
+  out.layout[kPartKey] = std::to_string(im.sharded() ? im.rank : 0);
+  out.layout[kPartsKey] = std::to_string(im.parts());
+  return out;
+}
+
+void FullyShardedModel::load_local_shards(
+    int64_t saved_processes, const std::function<SavedShards(int64_t)>& read) {
+  auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  const int64_t global_rank = im.global ? im.global->rank() : 0;
+  const int64_t global_size = im.global ? im.global->size() : 1;
+  const int64_t my_part = im.sharded() ? im.rank : 0;
+  const auto fail = [&](const std::string& what) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "FSDP: the sharded weights saved by " +
+            std::to_string(saved_processes) + " processes " + what +
+            ". Resume with the model, wrap policy and param groups they "
+            "were saved with.");
+  };
+  auto number = [&](const SavedShards& saved, const char* key, int64_t q) {
+    const auto it = saved.layout.find(key);
+    const auto value = it == saved.layout.end() ? std::nullopt
+                                                : ampkit::detail::parse_int(
+                                                      it->second, 0, INT64_MAX);
+    if (!value) {
+      fail(
+          "have no valid '" + std::string(key) + "' in process " +
+          std::to_string(q) + "'s file");
+    }
+    return *value;
+  };
+  // Every saved part of each buffer, by its index among the saved parts:
+  // this process's own file when it was saved with this layout, else
+  // every process's (replicas under HYBRID_SHARD hold the same part).
+  std::vector<SavedShards> files;
+  int64_t saved_parts = 0;
+  if (saved_processes == global_size) {
+    files.push_back(read(global_rank));
+    if (number(files[0], kPartsKey, global_rank) != im.parts() ||
+        number(files[0], kPartKey, global_rank) != my_part) {
+      files.clear();
+    }
+  }
+  if (files.empty()) {
+    for (int64_t q = 0; q < saved_processes; ++q) {
+      files.push_back(read(q));
+    }
+  }
+  saved_parts = number(files[0], kPartsKey, 0);
+  std::vector<std::pair<FlatParam*, torch::Tensor>> loaded;
+  for (auto& u : im.units) {
+    for (size_t k = 0; k < u->flats.size(); ++k) {
+      FlatParam& f = u->flats[k];
+      const std::string name = buffer_name(*u, k);
+      std::vector<torch::Tensor> parts(static_cast<size_t>(saved_parts));
+      for (size_t q = 0; q < files.size(); ++q) {
+        const auto& saved = files[q];
+        const auto layout = saved.layout.find(name);
+        if (layout == saved.layout.end()) {
+          fail(
+              "have no buffer '" + name + "' (" +
+              ampkit::detail::join(f.names, ", ") + ")");
+        }
+        if (layout->second != buffer_layout(f)) {
+          fail(
+              "hold buffer '" + name + "' as '" + layout->second +
+              "' (length, parameters), this model as '" + buffer_layout(f) +
+              "'");
+        }
+        const int64_t part = number(saved, kPartKey, static_cast<int64_t>(q));
+        if (number(saved, kPartsKey, static_cast<int64_t>(q)) != saved_parts ||
+            part >= saved_parts) {
+          fail("disagree on how many parts the buffers were split into");
+        }
+        for (const auto& [key, value] : saved.tensors) {
+          if (key == name) {
+            parts[static_cast<size_t>(part)] = value.reshape({-1});
+          }
+        }
+      }
+      torch::Tensor shard;
+      if (files.size() == 1 && saved_parts == im.parts()) {
+        shard = parts[static_cast<size_t>(my_part)];
+        if (!shard.defined() || shard.numel() != f.shard_size) {
+          fail("hold another shard length for buffer '" + name + "'");
+        }
+      } else {
+        for (size_t p = 0; p < parts.size(); ++p) {
+          if (!parts[p].defined()) {
+            fail(
+                "lack part " + std::to_string(p) + " of " +
+                std::to_string(saved_parts) + " of buffer '" + name + "'");
+          }
+        }
+        const torch::Tensor joined = torch::cat(parts);
+        if (joined.numel() < f.total) {
+          fail("hold too few elements of buffer '" + name + "'");
+        }
+        torch::Tensor full =
+            torch::zeros({f.shard_size * im.parts()}, f.shard.options());
+        full.narrow(0, 0, f.total).copy_(joined.narrow(0, 0, f.total));
+        shard = full.narrow(0, my_part * f.shard_size, f.shard_size);
+      }
+      loaded.emplace_back(&f, shard);
+    }
+  }
+  // Everything checked: the gathered copies are dropped (the next forward
+  // gathers the loaded shards), and the shards take the values.
+  for (auto& [f, shard] : loaded) {
+    im.release(*f);
+    f->shard.detach().copy_(shard);
   }
 }
 

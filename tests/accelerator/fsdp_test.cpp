@@ -296,6 +296,76 @@ TEST(FsdpTest, OptimizerStateSavedByAnotherProcessCountIsResharded) {
       adamw.param_groups()[0].params()[0].data_ptr(), shards[0].data_ptr());
 }
 
+// SHARDED_STATE_DICT: what 3 processes saved (each its part of every
+// buffer) loads into a run of 1, joined element for element; a model with
+// other buffers, or parts missing, is refused with the weights unchanged.
+TEST(FsdpTest, ShardedWeightsSavedByAnotherProcessCountAreJoined) {
+  Tower net = make_tower(4);
+  dist::FullyShardedModel fsdp(
+      net.ptr(), nullptr, blocks(dist::ShardingStrategy::full_shard));
+  const auto mine = fsdp.local_shards();
+  ASSERT_EQ(mine.tensors.size(), 3u);  // the root, b0, b1
+  EXPECT_EQ(mine.layout.at("fsdp_parts"), "1");
+  constexpr int64_t kSaved = 3;
+  // What 3 processes held: each buffer, perturbed, split in 3 padded parts.
+  std::vector<torch::Tensor> wanted;
+  std::vector<dist::FullyShardedModel::SavedShards> files(kSaved);
+  for (const auto& [name, shard] : mine.tensors) {
+    auto values = shard + torch::randn_like(shard);
+    wanted.push_back(values);
+    const int64_t part = (values.numel() + kSaved - 1) / kSaved;
+    auto padded = torch::zeros({part * kSaved});
+    padded.narrow(0, 0, values.numel()).copy_(values);
+    for (int64_t q = 0; q < kSaved; ++q) {
+      auto& file = files[static_cast<size_t>(q)];
+      file.tensors.emplace_back(name, padded.narrow(0, q * part, part).clone());
+      file.layout[name] = mine.layout.at(name);
+      file.layout["fsdp_part"] = std::to_string(q);
+      file.layout["fsdp_parts"] = std::to_string(kSaved);
+    }
+  }
+  std::vector<torch::Tensor> before;
+  for (const auto& s : fsdp.shards()) {
+    before.push_back(s.detach().clone());
+  }
+  // A part missing: refused, nothing changed.
+  auto short_of_one = files;
+  short_of_one[2].layout["fsdp_part"] = "1";
+  AMPKIT_EXPECT_THROWS_WITH(
+      fsdp.load_local_shards(
+          kSaved,
+          [&](int64_t q) { return short_of_one[static_cast<size_t>(q)]; }),
+      InvalidArgument,
+      "lack part 2 of 3");
+  // Another model's buffer (other parameters): refused.
+  auto other = files;
+  for (auto& f : other) {
+    f.layout[mine.tensors[1].first] = "12 something.else";
+  }
+  AMPKIT_EXPECT_THROWS_WITH(
+      fsdp.load_local_shards(
+          kSaved, [&](int64_t q) { return other[static_cast<size_t>(q)]; }),
+      InvalidArgument,
+      "hold buffer '" + mine.tensors[1].first + "' as '12 something.else'");
+  for (size_t k = 0; k < before.size(); ++k) {
+    EXPECT_TRUE(torch::equal(fsdp.shards()[k], before[k])) << "buffer " << k;
+  }
+  fsdp.load_local_shards(
+      kSaved, [&](int64_t q) { return files[static_cast<size_t>(q)]; });
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    EXPECT_TRUE(torch::equal(fsdp.shards()[k], wanted[k])) << "buffer " << k;
+  }
+  // Saved by this layout (1 process, part 0 of 1): its own file only.
+  int64_t reads = 0;
+  const auto now = fsdp.local_shards();
+  fsdp.load_local_shards(1, [&](int64_t q) {
+    ++reads;
+    EXPECT_EQ(q, 0);
+    return now;
+  });
+  EXPECT_EQ(reads, 1);
+}
+
 // Prefetch: from the second step on, the next unit's gather is issued while
 // the current one computes (two units gathered at once, the memory it
 // costs), and training is the same.
@@ -546,10 +616,12 @@ TEST(FsdpTest, AccelerateLaunchVariablesSelectIt) {
   ScopedEnv sync("FSDP_SYNC_MODULE_STATES", "true");
   ScopedEnv prefetch("FSDP_BACKWARD_PREFETCH", "BACKWARD_POST");
   ScopedEnv forward("FSDP_FORWARD_PREFETCH", "true");
+  ScopedEnv state_dict("FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT");
   {
     Accelerator accelerator(quiet());
     const auto& f = accelerator.options().fsdp;
     ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->state_dict_type(), dist::StateDictType::sharded_state_dict);
     EXPECT_EQ(f->strategy(), dist::ShardingStrategy::shard_grad_op);
     EXPECT_EQ(f->wrap_types(), (std::vector<std::string>{"Block"}));
     EXPECT_TRUE(f->activation_checkpointing());
@@ -560,6 +632,11 @@ TEST(FsdpTest, AccelerateLaunchVariablesSelectIt) {
     ScopedEnv bad("FSDP_BACKWARD_PREFETCH", "SOMETIMES");
     AMPKIT_EXPECT_THROWS_WITH(
         Accelerator{quiet()}, InvalidArgument, "got 'SOMETIMES'");
+  }
+  {
+    ScopedEnv local("FSDP_STATE_DICT_TYPE", "LOCAL_STATE_DICT");
+    AMPKIT_EXPECT_THROWS_WITH(
+        Accelerator{quiet()}, Unsupported, "LOCAL_STATE_DICT (deprecated");
   }
   {
     ScopedEnv offload("FSDP_OFFLOAD_PARAMS", "true");

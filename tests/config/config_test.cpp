@@ -405,8 +405,9 @@ TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
       "prefetch policy");
   refused(
       "distributed_type: FSDP\nfsdp_config:\n  fsdp_state_dict_type: "
-      "SHARDED_STATE_DICT\n",
-      "fsdp_config.fsdp_state_dict_type 'SHARDED_STATE_DICT'");
+      "LOCAL_STATE_DICT\n",
+      "fsdp_config.fsdp_state_dict_type 'LOCAL_STATE_DICT': LOCAL_STATE_DICT "
+      "(deprecated in PyTorch) is not built");
   refused(
       "dynamo_config:\n  dynamo_backend: INDUCTOR\n",
       "dynamo_config.dynamo_backend 'INDUCTOR': TorchDynamo compiles Python "

@@ -216,6 +216,9 @@ TEST(QuestionnaireTest, FsdpAnswersWriteAnFsdpConfigThatReadsBack) {
       "SHARD_GRAD_OP\n"  // sharding strategy
       "0\n"              // TRANSFORMER_BASED_WRAP
       "Block\n"          // the type to wrap
+      "1\n"              // BACKWARD_POST
+      "\n"               // SHARDED_STATE_DICT (the default)
+      "yes\n"            // forward prefetch
       "yes\n"            // activation checkpointing
       "\n"               // GPU ids
       "bf16\n"           // precision
@@ -230,8 +233,10 @@ TEST(QuestionnaireTest, FsdpAnswersWriteAnFsdpConfigThatReadsBack) {
       {"FSDP_ACTIVATION_CHECKPOINTING", "true"},
       {"FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP"},
       {"FSDP_TRANSFORMER_CLS_TO_WRAP", "Block"},
+      {"FSDP_BACKWARD_PREFETCH", "BACKWARD_POST"},
+      {"FSDP_FORWARD_PREFETCH", "true"},
       {"FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"},
-      {"FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT"}};
+      {"FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT"}};
   EXPECT_EQ(back.fsdp_env, want);
   EXPECT_EQ(to_config_values(back, path).fsdp_env, want);
 }

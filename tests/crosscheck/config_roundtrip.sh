@@ -41,8 +41,9 @@ printf '0\n1\n\n\n2\nno\n\n\n' |
 printf '0\n1\n\n\n2\nyes\n2\nn\nbf16\n2\n' |
   "$cli" config --config_file "$work/ampkit_zero2.yaml" >/dev/null
 # Multi-GPU with FSDP (accelerate asks it there): SHARD_GRAD_OP, units by
-# type Block, activation checkpointing, all GPUs, bf16, 1 step.
-printf '0\nmulti-GPU\n\n\n2\nno\nyes\nSHARD_GRAD_OP\n0\nBlock\nyes\n\nbf16\n\n' |
+# type Block, BACKWARD_POST prefetch, sharded state dicts, forward
+# prefetch, activation checkpointing, all GPUs, bf16, 1 step.
+printf '0\nmulti-GPU\n\n\n2\nno\nyes\nSHARD_GRAD_OP\n0\nBlock\n1\nSHARDED_STATE_DICT\nyes\nyes\n\nbf16\n\n' |
   "$cli" config --config_file "$work/ampkit_fsdp.yaml" >/dev/null
 
 # check_with_accelerate FILE KEY=VALUE...: accelerate's loader must accept
@@ -105,7 +106,9 @@ check_with_accelerate "$work/ampkit_fsdp.yaml" \
   fsdp_config.fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP \
   fsdp_config.fsdp_transformer_layer_cls_to_wrap=Block \
   fsdp_config.fsdp_activation_checkpointing=True \
-  fsdp_config.fsdp_state_dict_type=FULL_STATE_DICT \
+  fsdp_config.fsdp_backward_prefetch=BACKWARD_POST \
+  fsdp_config.fsdp_forward_prefetch=True \
+  fsdp_config.fsdp_state_dict_type=SHARDED_STATE_DICT \
   fsdp_config.fsdp_offload_params=False
 
 # --- b. accelerate writes, ampkit reads -------------------------------------

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,20 @@ enum class BackwardPrefetch {
 /// 1, 2, 3); an InvalidArgument naming the value otherwise.
 BackwardPrefetch parse_backward_prefetch(const std::string& value);
 std::string to_string(BackwardPrefetch prefetch);
+
+/// accelerate's fsdp_state_dict_type: how save_state writes the model.
+enum class StateDictType {
+  /// The whole model in one file, gathered buffer by buffer for the writer
+  /// (FULL_STATE_DICT with rank0_only).
+  full_state_dict,
+  /// Each process writes its own shards, nothing is gathered; a resume on
+  /// another number of processes joins and splits them again.
+  sharded_state_dict,
+};
+/// "FULL_STATE_DICT", "SHARDED_STATE_DICT" (also PyTorch's 1, 3);
+/// LOCAL_STATE_DICT is Unsupported, anything else an InvalidArgument.
+StateDictType parse_state_dict_type(const std::string& value);
+std::string to_string(StateDictType type);
 
 struct FsdpOptions {
   FsdpOptions& strategy(ShardingStrategy value) {
@@ -149,6 +164,14 @@ struct FsdpOptions {
   std::optional<c10::ScalarType> reduce_dtype() const {
     return reduce_dtype_;
   }
+  /// How save_state writes the model (FULL_STATE_DICT by default).
+  FsdpOptions& state_dict_type(StateDictType value) {
+    state_dict_type_ = value;
+    return *this;
+  }
+  StateDictType state_dict_type() const {
+    return state_dict_type_;
+  }
 
  private:
   ShardingStrategy strategy_ = ShardingStrategy::full_shard;
@@ -159,6 +182,7 @@ struct FsdpOptions {
   BackwardPrefetch backward_prefetch_ = BackwardPrefetch::none;
   std::optional<c10::ScalarType> param_dtype_;
   std::optional<c10::ScalarType> reduce_dtype_;
+  StateDictType state_dict_type_ = StateDictType::full_state_dict;
 };
 
 class FullyShardedModel;
@@ -309,6 +333,23 @@ class FullyShardedModel {
       torch::optim::Optimizer& optimizer,
       int64_t saved_processes,
       const std::function<void(int64_t)>& load);
+
+  /// SHARDED_STATE_DICT. `tensors`: this process's shard of every flat
+  /// buffer, by unit and index ("blocks.0#0"); `layout`: each buffer's
+  /// length and parameter names, and which part of how many this
+  /// process's shards are.
+  struct SavedShards {
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    std::map<std::string, std::string> layout;
+  };
+  SavedShards local_shards() const;
+  /// Loads the shards `saved_processes` processes saved with local_shards
+  /// (`read(q)`: process q's). With the same count and layout each process
+  /// reads its own; otherwise each buffer is joined from the saved parts
+  /// and split again for this run. Different buffers or parameters are an
+  /// InvalidArgument, and nothing is changed.
+  void load_local_shards(
+      int64_t saved_processes, const std::function<SavedShards(int64_t)>& read);
 
   const FsdpOptions& options() const;
   struct Impl;
