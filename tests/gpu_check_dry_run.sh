@@ -20,7 +20,8 @@ assert r["status"] == "dry_run" and r["passed"] and not r["not_run"], r
 names = list(r["checks"])
 assert names[0] == "cpp_sees_gpu", names
 modes = ("fp32_strict", "fp32_tf32", "fp16", "bf16")
-assert len(names) == 10 + len(modes) * 3 * 2, len(names)
+assert len(names) == 12 + len(modes) * 3 * 2, len(names)
+assert names[-1] == "gpt_fsdp_small_bf16", names
 order = [l.split("\t")[0] for l in open(os.path.join(sys.argv[2], "checks.tsv"))]
 for m in modes:
     first = [n for n in order if n.endswith("%s_1" % m)]

@@ -98,6 +98,7 @@ for mode in $gpt_modes; do
     expected+=("gpt_ampkit_${mode}_$i" "gpt_python_${mode}_$i")
   done
 done
+expected+=(gpt_plain_small_bf16 gpt_fsdp_small_bf16)
 
 summarize() {  # STATUS
   "$py" "$here/summarize.py" --out "$out" --results "$results" --gpu "$gpu_name" \
@@ -192,6 +193,20 @@ for mode in $gpt_modes; do
     fi
   done
 done
-rm -rf "$out"/gpt_*/model "$out"/cnn_*/model
+# 6. FSDP on the GPU, one process (NCCL takes one GPU per process, so its
+#    gathers are copies): examples/gpt small in bf16, plain and as
+#    FULL_SHARD with prefetch, activation checkpointing and a sharded
+#    checkpoint: the units' buffers freed in CUDA memory, MixedPrecision's
+#    bf16 casts, the recompute under CUDA's RNG, the caching allocator's
+#    peak (derived.fsdp_small_bf16).
+small=(--config small --batch-size 16 --max-steps 40 --mixed-precision bf16
+  --eval-windows 16 --sample-chars 0 --threads "$threads" --data-file "$out/kjv.txt")
+check gpt_plain_small_bf16 180 cpp "$here/bin/gpt" "${small[@]}" \
+  --output-dir "$out/gpt_plain_small_bf16"
+check gpt_fsdp_small_bf16 180 cpp "$here/bin/gpt" "${small[@]}" --fsdp FULL_SHARD \
+  --forward-prefetch --backward-prefetch BACKWARD_PRE --activation-checkpointing \
+  --fsdp-state-dict-type SHARDED_STATE_DICT --checkpointing-steps 20 \
+  --output-dir "$out/gpt_fsdp_small_bf16"
+rm -rf "$out"/gpt_*/model "$out"/gpt_*/checkpoints "$out"/cnn_*/model
 
 summarize "$([ "$dry" = 1 ] && echo dry_run || echo done)"

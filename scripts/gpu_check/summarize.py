@@ -109,6 +109,9 @@ def main():
     if no_prefetch:
         devices["cnn_bf16_no_prefetch"] = no_prefetch.get("device", "?")
     devices.update({"gpt_ampkit_%s_%d" % k: s.get("device", "?") for k, s in gpt.items() if s})
+    small = {run: read_json(os.path.join(out, "gpt_%s_small_bf16" % run, "summary.json"))
+             for run in ("plain", "fsdp")}
+    devices.update({"gpt_%s_small_bf16" % run: s.get("device", "?") for run, s in small.items() if s})
     on_cpu = sorted(n for n, d in devices.items() if not d.startswith("cuda"))
     if devices or final:
         derive("examples_ran_on_cuda", devices and not on_cpu, devices=devices, not_on_cuda=on_cpu)
@@ -128,6 +131,20 @@ def main():
             "samples_per_second_prefetch": cnn["bf16"]["samples_per_second"],
             "samples_per_second_no_prefetch": plain["samples_per_second"],
             "ratio": cnn["bf16"]["samples_per_second"] / plain["samples_per_second"]}
+    # FSDP (FULL_SHARD, prefetch, activation checkpointing) against the
+    # plain run of the same model: the loss within bf16's reach, and what
+    # it costs in step time and saves in memory.
+    if (small["plain"] and small["fsdp"]) or final:
+        plain_run, fsdp_run = small["plain"] or {}, small["fsdp"] or {}
+        ratio = lambda key: (fsdp_run[key] / plain_run[key]
+                             if plain_run.get(key) and fsdp_run.get(key) else None)
+        loss_gap = (abs(fsdp_run["val_loss"] - plain_run["val_loss"])
+                    if "val_loss" in fsdp_run and "val_loss" in plain_run else None)
+        derive("fsdp_small_bf16", loss_gap is not None and loss_gap <= 0.1,
+               val_loss_plain=plain_run.get("val_loss"), val_loss_fsdp=fsdp_run.get("val_loss"),
+               tokens_per_second_fsdp_over_plain=ratio("tokens_per_second"),
+               peak_step_bytes_fsdp_over_plain=ratio("peak_step_bytes"),
+               activation_bytes_fsdp_over_plain=ratio("activation_bytes"))
     # auto_log's NVML readings in the fp32 run's metrics.
     gpu_memory = gpu_util = 0.0
     try:
