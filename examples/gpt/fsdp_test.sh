@@ -14,7 +14,9 @@
 # processes from DDP's checkpoint of the same step (the model's shards
 # joined and split again too). HYBRID_SHARD runs with the processes split into
 # FSDP_TEST_MACHINES (default 2) "machines" (LOCAL_WORLD_SIZE): sharded
-# within each, replicated across them, also at DDP's weights.
+# within each, replicated across them, also at DDP's weights, and so does
+# HYBRID_SHARD_ZERO2 (each unit's full parameters kept from forward to
+# backward).
 # "At DDP's weights": equal within 1e-6, except the attention key biases
 # (the middle third of c_attn.bias) from 3 processes on: their exact
 # gradient is zero (softmax ignores a constant added to every score), so
@@ -80,6 +82,7 @@ n=$((n - 1)) per=$n
 run shard_grad_op --fsdp SHARD_GRAD_OP --activation-checkpointing
 per=$((n / machines))
 run hybrid_shard --fsdp HYBRID_SHARD
+run hybrid_zero2 --fsdp HYBRID_SHARD_ZERO2
 per="$n"
 grep -q "FSDP FULL_SHARD, 2 unit(s) and the root" "$out/full_shard.0.log" ||
   [ "$config" != tiny ] || fail "no FSDP line: $(cat "$out/full_shard.0.log")"
@@ -110,7 +113,8 @@ def held(run):
 
 ok = True
 for run, peer in (("full_shard", "ddp"), ("shard_grad_op", "ddp"),
-                  ("hybrid_shard", "ddp"), ("other_count", "ddp_other_count")):
+                  ("hybrid_shard", "ddp"), ("hybrid_zero2", "ddp"),
+                  ("other_count", "ddp_other_count")):
     ddp, got = load(peer), load(run)
     if sorted(got) != sorted(ddp):
         print(f"{run}: other tensors than DDP's: {sorted(got)}")
@@ -129,7 +133,8 @@ for run, peer in (("full_shard", "ddp"), ("shard_grad_op", "ddp"),
     print(f"{run}: max |weight - DDP's| = {diff:.3g} (key biases {keys:.3g}); held bytes "
           f"{held(run)} = {ratio:.3f} of DDP's {held(peer)}")
     # HYBRID_SHARD shards across one machine's processes.
-    shards = {"hybrid_shard": n // machines, "other_count": n + 1}.get(run, n)
+    shards = {"hybrid_shard": n // machines, "hybrid_zero2": n // machines,
+              "other_count": n + 1}.get(run, n)
     ok = ok and diff <= 1e-6 and keys <= 1e-4 and ratio <= 1 / shards + 0.05
 sys.exit(0 if ok else 1)
 PY

@@ -100,22 +100,18 @@ void read_fsdp_config(
           "SHARD_GRAD_OP",
           "NO_SHARD",
           "HYBRID_SHARD",
+          "HYBRID_SHARD_ZERO2",
+          "_HYBRID_SHARD_ZERO2",
           "1",
           "2",
           "3",
-          "4"};
-      if (word == "HYBRID_SHARD_ZERO2" || word == "_HYBRID_SHARD_ZERO2" ||
-          word == "5") {
-        fail(
-            shown +
-            ": HYBRID_SHARD that keeps the full parameters from forward to "
-            "backward is not built in ampkit. Use HYBRID_SHARD.");
-      }
+          "4",
+          "5"};
       if (!contains(ok, word)) {
         fail(
             shown +
             " is not a sharding strategy. Valid values: FULL_SHARD, "
-            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD.");
+            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2.");
       }
       has_strategy = true;
       set("FSDP_SHARDING_STRATEGY", word);

@@ -348,13 +348,18 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
   if (multi_gpu && !use_zero &&
       q.ask_bool("Do you want to use FullyShardedDataParallel?", false)) {
     static const char* kStrategies[] = {
-        "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+        "FULL_SHARD",
+        "SHARD_GRAD_OP",
+        "NO_SHARD",
+        "HYBRID_SHARD",
+        "HYBRID_SHARD_ZERO2"};
     const size_t strategy = q.ask_menu(
         "What should be your sharding strategy?",
         {{"FULL_SHARD", {}},
          {"SHARD_GRAD_OP", {}},
          {"NO_SHARD", {}},
-         {"HYBRID_SHARD", {}}});
+         {"HYBRID_SHARD", {}},
+         {"HYBRID_SHARD_ZERO2", {}}});
     static const char* kPolicies[] = {
         "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
     const size_t policy = q.ask_menu(

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -23,26 +24,40 @@
 
 namespace ampkit::dist {
 
+namespace {
+
+/// `value` as one of PyTorch's enum members, by name or by number.
+template <typename E>
+std::optional<E> by_name_or_number(
+    const std::string& value,
+    std::initializer_list<std::tuple<const char*, const char*, E>> members) {
+  for (const auto& [name, number, member] : members) {
+    if (value == name || value == number) {
+      return member;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 ShardingStrategy parse_sharding_strategy(const std::string& value) {
-  if (value == "FULL_SHARD" || value == "1") {
-    return ShardingStrategy::full_shard;
-  }
-  if (value == "SHARD_GRAD_OP" || value == "2") {
-    return ShardingStrategy::shard_grad_op;
-  }
-  if (value == "NO_SHARD" || value == "3") {
-    return ShardingStrategy::no_shard;
-  }
-  if (value == "HYBRID_SHARD" || value == "4") {
-    return ShardingStrategy::hybrid_shard;
+  using S = ShardingStrategy;
+  if (const auto s = by_name_or_number<S>(
+          value,
+          {{"FULL_SHARD", "1", S::full_shard},
+           {"SHARD_GRAD_OP", "2", S::shard_grad_op},
+           {"NO_SHARD", "3", S::no_shard},
+           {"HYBRID_SHARD", "4", S::hybrid_shard},
+           {"HYBRID_SHARD_ZERO2", "5", S::hybrid_shard_zero2},
+           {"_HYBRID_SHARD_ZERO2", "5", S::hybrid_shard_zero2}})) {
+    return *s;
   }
   throw InvalidArgument(
       component::kDistributed,
-      "fsdp_sharding_strategy: expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD "
-      "or HYBRID_SHARD (or accelerate's 1, 2, 3, 4), got '" +
-          value +
-          "'. _HYBRID_SHARD_ZERO2 (HYBRID_SHARD keeping the full parameters "
-          "from forward to backward) is not built: use HYBRID_SHARD.");
+      "fsdp_sharding_strategy: expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+      "HYBRID_SHARD or HYBRID_SHARD_ZERO2 (or accelerate's 1 to 5), got '" +
+          value + "'.");
 }
 
 std::string to_string(ShardingStrategy strategy) {
@@ -55,19 +70,20 @@ std::string to_string(ShardingStrategy strategy) {
       return "NO_SHARD";
     case ShardingStrategy::hybrid_shard:
       return "HYBRID_SHARD";
+    case ShardingStrategy::hybrid_shard_zero2:
+      return "HYBRID_SHARD_ZERO2";
   }
   return "?";
 }
 
 BackwardPrefetch parse_backward_prefetch(const std::string& value) {
-  if (value == "BACKWARD_PRE" || value == "1") {
-    return BackwardPrefetch::backward_pre;
-  }
-  if (value == "BACKWARD_POST" || value == "2") {
-    return BackwardPrefetch::backward_post;
-  }
-  if (value == "NO_PREFETCH" || value == "3") {
-    return BackwardPrefetch::none;
+  using B = BackwardPrefetch;
+  if (const auto b = by_name_or_number<B>(
+          value,
+          {{"BACKWARD_PRE", "1", B::backward_pre},
+           {"BACKWARD_POST", "2", B::backward_post},
+           {"NO_PREFETCH", "3", B::none}})) {
+    return *b;
   }
   throw InvalidArgument(
       component::kDistributed,
@@ -89,11 +105,12 @@ std::string to_string(BackwardPrefetch prefetch) {
 }
 
 StateDictType parse_state_dict_type(const std::string& value) {
-  if (value == "FULL_STATE_DICT" || value == "1") {
-    return StateDictType::full_state_dict;
-  }
-  if (value == "SHARDED_STATE_DICT" || value == "3") {
-    return StateDictType::sharded_state_dict;
+  using T = StateDictType;
+  if (const auto t = by_name_or_number<T>(
+          value,
+          {{"FULL_STATE_DICT", "1", T::full_state_dict},
+           {"SHARDED_STATE_DICT", "3", T::sharded_state_dict}})) {
+    return *t;
   }
   if (value == "LOCAL_STATE_DICT" || value == "2") {
     throw Unsupported(
@@ -786,8 +803,9 @@ FullyShardedModel::FullyShardedModel(
             "param_dtype unset (autocast computes in the low precision), or "
             "shard.");
   }
-  if (o.strategy() == ShardingStrategy::hybrid_shard && im.global &&
-      im.global->size() > 1) {
+  if ((o.strategy() == ShardingStrategy::hybrid_shard ||
+       o.strategy() == ShardingStrategy::hybrid_shard_zero2) &&
+      im.global && im.global->size() > 1) {
     im.split_hybrid();
   }
   if (im.group) {

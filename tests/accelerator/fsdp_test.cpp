@@ -155,7 +155,9 @@ TEST(FsdpTest, OneProcessTrainsLikeThePlainModel) {
   for (auto s :
        {dist::ShardingStrategy::full_shard,
         dist::ShardingStrategy::shard_grad_op,
-        dist::ShardingStrategy::no_shard}) {
+        dist::ShardingStrategy::no_shard,
+        dist::ShardingStrategy::hybrid_shard,
+        dist::ShardingStrategy::hybrid_shard_zero2}) {
     SCOPED_TRACE(dist::to_string(s));
     expect_close_to(plain, train(blocks(s)));
   }
@@ -566,10 +568,16 @@ TEST(FsdpTest, WhatItCannotDoIsRefusedWithTheReason) {
   EXPECT_EQ(
       dist::parse_sharding_strategy("HYBRID_SHARD"),
       dist::ShardingStrategy::hybrid_shard);
-  AMPKIT_EXPECT_THROWS_WITH(
+  EXPECT_EQ(
       dist::parse_sharding_strategy("_HYBRID_SHARD_ZERO2"),
+      dist::ShardingStrategy::hybrid_shard_zero2);
+  EXPECT_EQ(
+      dist::parse_sharding_strategy("5"),
+      dist::ShardingStrategy::hybrid_shard_zero2);
+  AMPKIT_EXPECT_THROWS_WITH(
+      dist::parse_sharding_strategy("HYBRID_SHARD_ZERO3"),
       InvalidArgument,
-      "_HYBRID_SHARD_ZERO2 (HYBRID_SHARD keeping");
+      "got 'HYBRID_SHARD_ZERO3'");
   // An optimizer over tensors that are not the model's.
   Accelerator accelerator(quiet().fsdp(dist::FsdpOptions()));
   auto model = accelerator.prepare(net);

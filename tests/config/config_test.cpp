@@ -392,9 +392,9 @@ TEST_F(ConfigFileTest, PluginSectionsAreCheckedNotIgnored) {
       "applies to distributed_type FSDP only");
   refused(
       "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: "
-      "HYBRID_SHARD_ZERO2\n",
-      "fsdp_config.fsdp_sharding_strategy 'HYBRID_SHARD_ZERO2': HYBRID_SHARD "
-      "that keeps");
+      "HYBRID_SHARD_ZERO3\n",
+      "fsdp_config.fsdp_sharding_strategy 'HYBRID_SHARD_ZERO3' is not a "
+      "sharding strategy");
   refused(
       "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n",
       "fsdp_config.fsdp_offload_params 'true': offloading parameters");

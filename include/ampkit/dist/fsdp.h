@@ -52,9 +52,13 @@ enum class ShardingStrategy {
   /// machine a replica: gradients are reduce-scattered within the machine,
   /// then all-reduced across machines.
   hybrid_shard,
+  /// HYBRID_SHARD whose units keep their full parameters from forward to
+  /// backward, as SHARD_GRAD_OP does (PyTorch's _HYBRID_SHARD_ZERO2).
+  hybrid_shard_zero2,
 };
-/// "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" (accelerate's
-/// names, also its numbers 1 to 4); an InvalidArgument naming the value
+/// "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+/// "HYBRID_SHARD_ZERO2" (accelerate's names, also its numbers 1 to 5, and
+/// PyTorch's "_HYBRID_SHARD_ZERO2"); an InvalidArgument naming the value
 /// otherwise.
 ShardingStrategy parse_sharding_strategy(const std::string& value);
 std::string to_string(ShardingStrategy strategy);
