@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -33,15 +34,43 @@ constexpr const char* kOwnerFile = ".ampkit_writer";
 // accelerate's names: model.safetensors, model_1.safetensors, ...
 using detail::indexed;
 
-// A ZeRO shard of optimizer i, written by `rank`: optimizer_rank1.bin,
-// optimizer_1_rank0.bin, ...
+// What process `rank` saves of object i itself: optimizer_rank1.bin,
+// optimizer_1_rank0.bin (a sharded optimizer's shard), model_rank0.safetensors
+// (FSDP's SHARDED_STATE_DICT), ...
+std::string per_process_file(
+    const char* stem, size_t i, int64_t rank, const char* ext) {
+  return indexed(stem, i, "_rank" + std::to_string(rank) + ext);
+}
 std::string shard_file(size_t i, int64_t rank) {
-  return indexed("optimizer", i, "_rank" + std::to_string(rank) + ".bin");
+  return per_process_file("optimizer", i, rank, ".bin");
+}
+std::string model_shard_file(size_t i, int64_t rank) {
+  return per_process_file("model", i, rank, ".safetensors");
 }
 
-// FSDP's SHARDED_STATE_DICT: each process's shards of model i.
-std::string model_shard_file(size_t i, int64_t rank) {
-  return indexed("model", i, "_rank" + std::to_string(rank) + ".safetensors");
+// `dir` must have `name`, process q's file of what a resume on `processes`
+// processes (`what`) needs from every one of the `saved` processes that
+// saved it.
+void need_file(
+    const ck::Manifest& m,
+    const std::string& dir,
+    const std::string& name,
+    const std::string& what,
+    int64_t processes) {
+  if (m.find(name) != nullptr) {
+    return;
+  }
+  throw IoError(
+      component::kAccelerator,
+      dir + " lacks " + name + ": resuming " + what + " on " +
+          std::to_string(processes) + " processes needs the shards of all " +
+          std::to_string(m.world_size) +
+          " processes that saved it. On machines that share no filesystem, "
+          "copy every machine's shard files into one checkpoint folder" +
+          (processes != m.world_size
+               ? ", or resume on " + std::to_string(m.world_size) +
+                     " processes."
+               : std::string(".")));
 }
 
 std::string rng_file(int64_t rank) {
@@ -218,11 +247,42 @@ bool saves_shards(const detail::AcceleratorState& st, size_t i) {
 }
 
 // This process's file of model i under SHARDED_STATE_DICT: its shard of
-// each flat buffer, with their layout in the safetensors metadata.
-std::string encode_local_shards(const dist::FullyShardedModel& fsdp) {
-  auto saved = fsdp.local_shards();
+// each flat buffer, with their layout in the safetensors metadata, and the
+// module's buffers (running statistics and the like) whole, by name.
+std::string encode_local_shards(const detail::AcceleratorState& st, size_t i) {
+  auto saved = st.fsdp[i]->local_shards();
+  for (const auto& b : st.models[i]->named_buffers()) {
+    saved.tensors.emplace_back(b.key(), b.value());
+  }
   saved.layout["format"] = "pt";
   return ck::encode_safetensors(saved.tensors, saved.layout);
+}
+
+// The files process `rank` writes itself, each handed to `visit(name,
+// bytes)` (`bytes()` encodes this process's): its generator state and its
+// shards (FSDP models saved SHARDED_STATE_DICT, sharded optimizers).
+template <typename Visit>
+void per_process_files(
+    const detail::AcceleratorState& st,
+    int64_t rank,
+    const std::string& rng,
+    Visit&& visit) {
+  visit(rng_file(rank), [&] { return rng; });
+  for (size_t i = 0; i < st.models.size(); ++i) {
+    if (saves_shards(st, i)) {
+      visit(model_shard_file(i, rank), [&] {
+        return encode_local_shards(st, i);
+      });
+    }
+  }
+  for (size_t i = 0; i < st.optimizers.size(); ++i) {
+    if (per_process(st.optimizers[i])) {
+      visit(shard_file(i, rank), [&] {
+        return archive_bytes(
+            [&](auto& a) { st.optimizers[i].optimizer->save(a); });
+      });
+    }
+  }
 }
 
 // Model i's weights for saving (FULL_STATE_DICT). Under FSDP they are
@@ -247,6 +307,70 @@ ck::NamedTensors state_for_saving(
     }
   }
   return out;
+}
+
+// Model i's weights as read and checked before anything changes: whole
+// without FSDP; under FSDP this process's shard of every flat buffer, and
+// the module's buffers by name.
+struct ModelLoad {
+  ck::NamedTensors tensors;  // FSDP: the buffers only
+  std::vector<torch::Tensor> shards;
+  std::string origin;
+};
+
+// From whole weights (FULL_STATE_DICT, save_model's files): under FSDP each
+// process cuts its shards parameter by parameter, gathering nothing.
+ModelLoad whole_model_load(
+    const detail::AcceleratorState& st,
+    size_t i,
+    ck::NamedTensors state,
+    std::string origin) {
+  ModelLoad out;
+  out.origin = std::move(origin);
+  const dist::FullyShardedModel* fsdp =
+      i < st.fsdp.size() ? st.fsdp[i].get() : nullptr;
+  if (fsdp == nullptr) {
+    ck::check_model_state(*st.models[i], state, out.origin);
+    out.tensors = std::move(state);
+    return out;
+  }
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& [name, shape] : fsdp->parameter_shapes()) {
+    shapes[name] = std::move(shape);
+  }
+  ck::check_model_state(*st.models[i], state, out.origin, shapes);
+  out.shards = fsdp->shards_from_full(state);
+  for (auto& [name, t] : state) {
+    if (shapes.count(name) == 0) {
+      out.tensors.emplace_back(name, std::move(t));
+    }
+  }
+  return out;
+}
+
+void apply_model_load(detail::AcceleratorState& st, size_t i, ModelLoad& load) {
+  if (i >= st.fsdp.size() || !st.fsdp[i]) {
+    ck::load_model_state(*st.models[i], load.tensors, load.origin);
+    return;
+  }
+  st.fsdp[i]->load_shards(load.shards);
+  torch::NoGradGuard no_grad;
+  for (auto& b : st.models[i]->named_buffers()) {
+    for (const auto& [name, t] : load.tensors) {
+      if (name == b.key()) {
+        b.value().copy_(t);
+      }
+    }
+  }
+}
+
+size_t prepared_index(
+    const detail::AcceleratorState& st, const PreparedModelBase& model) {
+  size_t i = 0;
+  while (i < st.models.size() && st.models[i] != model.module_ptr()) {
+    ++i;
+  }
+  return i;
 }
 
 // Optimizer i was saved as it is prepared now: whole, or sharded by the
@@ -588,22 +712,23 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   }
   const std::string rng = encode_rng(get_rng_state());
   if (writer) {
-    writer->write(rng_file(rank), rng);
+    per_process_files(st, rank, rng, [&](const std::string& name, auto bytes) {
+      writer->write(name, bytes());
+    });
     for (size_t i = 0; i < st.models.size(); ++i) {
-      if (saves_shards(st, i)) {
+      if (!saves_shards(st, i)) {
         writer->write(
-            model_shard_file(i, rank), encode_local_shards(*st.fsdp[i]));
-        continue;
+            indexed("model", i, ".safetensors"),
+            ck::encode_safetensors(weights[i], {{"format", "pt"}}));
       }
-      writer->write(
-          indexed("model", i, ".safetensors"),
-          ck::encode_safetensors(weights[i], {{"format", "pt"}}));
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
-      writer->write(
-          per_process(st.optimizers[i]) ? shard_file(i, rank)
-                                        : indexed("optimizer", i, ".bin"),
-          archive_bytes([&](auto& a) { st.optimizers[i].optimizer->save(a); }));
+      if (!per_process(st.optimizers[i])) {
+        writer->write(
+            indexed("optimizer", i, ".bin"), archive_bytes([&](auto& a) {
+              st.optimizers[i].optimizer->save(a);
+            }));
+      }
     }
     for (size_t i = 0; i < st.schedulers.size(); ++i) {
       writer->write(
@@ -640,23 +765,9 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     state["loaders"] = loaders;
     writer->write(kStateFile, state.dump(2) + "\n");
   } else {
-    ck::write_file(target, rng_file(rank), rng);
-    for (size_t i = 0; i < st.models.size(); ++i) {
-      if (saves_shards(st, i)) {
-        ck::write_file(
-            target,
-            model_shard_file(i, rank),
-            encode_local_shards(*st.fsdp[i]));
-      }
-    }
-    // Each rank's optimizer shards are its own to write.
-    for (size_t i = 0; i < st.optimizers.size(); ++i) {
-      if (per_process(st.optimizers[i])) {
-        ck::write_file(target, shard_file(i, rank), archive_bytes([&](auto& a) {
-                         st.optimizers[i].optimizer->save(a);
-                       }));
-      }
-    }
+    per_process_files(st, rank, rng, [&](const std::string& name, auto bytes) {
+      ck::write_file(target, name, bytes());
+    });
   }
   wait_for_everyone();  // every rank's files are on disk
   if (writer) {
@@ -670,12 +781,9 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
     }
     ck::Manifest manifest;
     for (const int64_t r : held) {
-      writer->record(rng_file(r));
-      for (size_t i = 0; i < st.models.size(); ++i) {
-        if (saves_shards(st, i)) {
-          writer->record(model_shard_file(i, r));
-        }
-      }
+      per_process_files(st, r, rng, [&](const std::string& name, auto) {
+        writer->record(name);
+      });
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
       const auto& sharded = st.optimizers[i].sharded;
@@ -684,11 +792,6 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
               ? ck::Manifest::Partition{sharded->stage(), sharded->boundaries()}
           : st.optimizers[i].fsdp ? fsdp_partition(num_processes())
                                   : ck::Manifest::Partition{});
-      for (const int64_t r : held) {
-        if (per_process(st.optimizers[i])) {
-          writer->record(shard_file(i, r));
-        }
-      }
     }
     bool any_sharded = false;
     for (const auto& p : manifest.optimizer_partitions) {
@@ -776,18 +879,19 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   const c10::Device device = detail::device(st);
 
   // Read and check everything before changing anything.
-  // Each model whole, or (FSDP's SHARDED_STATE_DICT) as every process's
-  // shards, read when they are loaded.
-  std::vector<ck::NamedTensors> models;
-  std::vector<bool> in_shards;
+  // Each model whole, or (FSDP's SHARDED_STATE_DICT) as the processes'
+  // shards: this process's own file when it was saved with this layout.
+  std::vector<ModelLoad> models;
   for (size_t i = 0; i < st.models.size(); ++i) {
     const std::string name = indexed("model", i, ".safetensors");
-    in_shards.push_back(m.find(name) == nullptr);
-    if (!in_shards.back()) {
-      models.push_back(ck::decode_safetensors(file(name), path(name)).tensors);
+    if (m.find(name) != nullptr) {
+      models.push_back(whole_model_load(
+          st,
+          i,
+          ck::decode_safetensors(file(name), path(name)).tensors,
+          path(name)));
       continue;
     }
-    models.emplace_back();
     if (i >= st.fsdp.size() || !st.fsdp[i]) {
       throw InvalidArgument(
           component::kAccelerator,
@@ -796,6 +900,38 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
               " ...), but this run does not shard it. Resume it with FSDP, "
               "on any number of processes.");
     }
+    // The module's buffers come from this process's file (a process the
+    // saving run did not have: process 0's), which is read in any case.
+    const int64_t buffers_from =
+        process_index() < m.world_size ? process_index() : 0;
+    ModelLoad& load = models.emplace_back();
+    load.origin = path(model_shard_file(i, buffers_from));
+    load.shards = st.fsdp[i]->shards_from_saved(m.world_size, [&](int64_t q) {
+      const std::string shard = model_shard_file(i, q);
+      need_file(
+          m, target, shard, "FSDP model " + std::to_string(i), num_processes());
+      auto saved = ck::decode_safetensors(file(shard), path(shard));
+      if (q == buffers_from) {
+        load.tensors.clear();
+        for (const auto& b : st.models[i]->named_buffers()) {
+          for (const auto& [key, t] : saved.tensors) {
+            if (key == b.key() && t.sizes() == b.value().sizes()) {
+              load.tensors.emplace_back(key, t);
+            }
+          }
+          if (load.tensors.empty() || load.tensors.back().first != b.key()) {
+            throw InvalidArgument(
+                component::kAccelerator,
+                load.origin + " lacks buffer '" + b.key() + "' of model " +
+                    std::to_string(i) +
+                    " in its shape; nothing was loaded. Resume with the "
+                    "model it was saved from.");
+          }
+        }
+      }
+      return dist::FullyShardedModel::SavedShards{
+          std::move(saved.tensors), std::move(saved.metadata)};
+    });
   }
   // Each optimizer's files: its own, or for a sharded optimizer saved by
   // another number of processes every saved shard, to re-split.
@@ -810,23 +946,16 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
       const auto& saved = m.optimizer_partitions[i].boundaries;
       for (size_t q = 0; q + 1 < saved.size(); ++q) {
         names.push_back(shard_file(i, static_cast<int64_t>(q)));
-        if (m.find(names.back()) == nullptr) {
-          throw IoError(
-              component::kAccelerator,
-              target + " lacks " + names.back() + ": resuming optimizer " +
-                  std::to_string(i) +
-                  (st.optimizers[i].fsdp != nullptr
-                       ? std::string(" (FSDP)")
-                       : " (zero_stage " +
-                             std::to_string(st.options.zero_stage) + ")") +
-                  " on " + std::to_string(num_processes()) +
-                  " processes re-splits the shards of all " +
-                  std::to_string(saved.size() - 1) +
-                  " processes that saved it. On machines that share no "
-                  "filesystem, copy every machine's shard files into one "
-                  "checkpoint folder, or resume on " +
-                  std::to_string(saved.size() - 1) + " processes.");
-        }
+        need_file(
+            m,
+            target,
+            names.back(),
+            "optimizer " + std::to_string(i) +
+                (st.optimizers[i].fsdp != nullptr
+                     ? std::string(" (FSDP)")
+                     : " (zero_stage " + std::to_string(st.options.zero_stage) +
+                           ")"),
+            num_processes());
       }
     } else {
       names.push_back(
@@ -886,41 +1015,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   }
 
   for (size_t i = 0; i < st.models.size(); ++i) {
-    if (!in_shards[i]) {
-      continue;
-    }
-    // Each process reads its own file when the layout is the same, else
-    // every process's, and keeps its part.
-    st.fsdp[i]->load_local_shards(m.world_size, [&](int64_t q) {
-      const std::string name = model_shard_file(i, q);
-      if (m.find(name) == nullptr) {
-        throw IoError(
-            component::kAccelerator,
-            target + " lacks " + name + ": resuming FSDP model " +
-                std::to_string(i) + " on " + std::to_string(num_processes()) +
-                " processes needs the shards of all " +
-                std::to_string(m.world_size) +
-                " processes that saved it. On machines that share no "
-                "filesystem, copy every machine's shard files into one "
-                "checkpoint folder.");
-      }
-      auto saved = ck::decode_safetensors(file(name), path(name));
-      return dist::FullyShardedModel::SavedShards{
-          std::move(saved.tensors), std::move(saved.metadata)};
-    });
-  }
-  if (std::find(in_shards.begin(), in_shards.end(), false) != in_shards.end()) {
-    // FSDP: loaded into the full parameters, then each process keeps its
-    // shard.
-    const auto full = summon_full_params();
-    for (size_t i = 0; i < st.models.size(); ++i) {
-      if (!in_shards[i]) {
-        ck::load_model_state(
-            *st.models[i],
-            models[i],
-            path(indexed("model", i, ".safetensors")));
-      }
-    }
+    apply_model_load(st, i, models[i]);
   }
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     auto load = [&](size_t k) {
@@ -1096,10 +1191,7 @@ void Accelerator::save_model(
     const std::string& dir,
     const std::string& max_shard_size) {
   auto& st = *state_;
-  size_t i = 0;
-  while (i < st.models.size() && st.models[i] != model.module_ptr()) {
-    ++i;
-  }
+  const size_t i = prepared_index(st, model);
   if (i == st.models.size()) {
     // Not prepared here: saved as it is.
     if (is_main_process()) {
@@ -1117,8 +1209,17 @@ void Accelerator::save_model(
 
 void Accelerator::load_model(
     const PreparedModelBase& model, const std::string& dir) {
-  const auto full = summon_full_params();  // FSDP: loaded whole, then sharded
-  ck::load_model(*model.module_ptr(), dir);
+  auto& st = *state_;
+  const size_t i = prepared_index(st, model);
+  if (i == st.models.size()) {
+    ck::load_model(*model.module_ptr(), dir);  // not prepared here
+    return;
+  }
+  // Under FSDP each process cuts its shards from the whole weights.
+  auto files = ck::read_model(dir);
+  ModelLoad load =
+      whole_model_load(st, i, std::move(files.state), std::move(files.origin));
+  apply_model_load(st, i, load);
 }
 
 }  // namespace ampkit

@@ -54,26 +54,29 @@ NamedTensors model_state(const torch::nn::Module& model) {
   return state;
 }
 
-void load_model_state(
-    torch::nn::Module& model,
+void check_model_state(
+    const torch::nn::Module& model,
     const NamedTensors& state,
-    const std::string& origin) {
+    const std::string& origin,
+    const std::map<std::string, std::vector<int64_t>>& shapes) {
   std::map<std::string, at::Tensor> given;
   for (const auto& [name, t] : state) {
     given[name] = t;
   }
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> expected;
-  const NamedTensors own = model_state(model);
-  for (const auto& [name, t] : own) {
+  for (const auto& [name, t] : model_state(model)) {
     expected.insert(name);
+    const auto shape = shapes.find(name);
+    const c10::IntArrayRef own =
+        shape == shapes.end() ? t.sizes() : c10::IntArrayRef(shape->second);
     auto it = given.find(name);
     if (it == given.end()) {
       missing.push_back(name);
-    } else if (it->second.sizes() != t.sizes()) {
+    } else if (it->second.sizes() != own) {
       std::ostringstream s;
-      s << name << " (checkpoint " << it->second.sizes() << ", model "
-        << t.sizes() << ")";
+      s << name << " (checkpoint " << it->second.sizes() << ", model " << own
+        << ")";
       mismatched.push_back(s.str());
     }
   }
@@ -98,8 +101,16 @@ void load_model_state(
         "saved with.";
     throw InvalidArgument(component::kCheckpoint, message);
   }
+}
+
+void load_model_state(
+    torch::nn::Module& model,
+    const NamedTensors& state,
+    const std::string& origin) {
+  check_model_state(model, state, origin);
+  std::map<std::string, at::Tensor> given(state.begin(), state.end());
   torch::NoGradGuard no_grad;
-  for (const auto& [name, t] : own) {
+  for (const auto& [name, t] : model_state(model)) {
     at::Tensor target = t;
     target.copy_(given[name]);
   }
@@ -201,6 +212,11 @@ void save_model_state(
 }
 
 void load_model(torch::nn::Module& model, const std::string& dir) {
+  const ModelFiles files = read_model(dir);
+  load_model_state(model, files.state, files.origin);
+}
+
+ModelFiles read_model(const std::string& dir) {
   std::error_code ec;
   const fs::path index_path = fs::path(dir) / kIndex;
   if (!fs::exists(index_path, ec)) {
@@ -211,8 +227,7 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
           "no weights in " + dir + ": neither " + kSingle + " nor " + kIndex +
               " is there. Pass the folder save_model wrote.");
     }
-    load_model_state(model, load_safetensors(single).tensors, single);
-    return;
+    return {load_safetensors(single).tensors, single};
   }
   nlohmann::json index;
   const std::string text = detail::read_file(index_path.string());
@@ -254,7 +269,7 @@ void load_model(torch::nn::Module& model, const std::string& dir) {
       state.emplace_back(name, std::move(t));
     }
   }
-  load_model_state(model, state, dir);
+  return {std::move(state), dir};
 }
 
 }  // namespace ampkit::checkpoint

@@ -1474,9 +1474,10 @@ FullyShardedModel::SavedShards FullyShardedModel::local_shards() const {
   return out;
 }
 
-void FullyShardedModel::load_local_shards(
-    int64_t saved_processes, const std::function<SavedShards(int64_t)>& read) {
-  auto& im = *impl_;
+std::vector<torch::Tensor> FullyShardedModel::shards_from_saved(
+    int64_t saved_processes,
+    const std::function<SavedShards(int64_t)>& read) const {
+  const auto& im = *impl_;
   torch::NoGradGuard no_grad;
   const int64_t global_rank = im.global ? im.global->rank() : 0;
   const int64_t global_size = im.global ? im.global->size() : 1;
@@ -1519,7 +1520,7 @@ void FullyShardedModel::load_local_shards(
     }
   }
   saved_parts = number(files[0], kPartsKey, 0);
-  std::vector<std::pair<FlatParam*, torch::Tensor>> loaded;
+  std::vector<torch::Tensor> loaded;
   for (auto& u : im.units) {
     for (size_t k = 0; k < u->flats.size(); ++k) {
       FlatParam& f = u->flats[k];
@@ -1573,14 +1574,113 @@ void FullyShardedModel::load_local_shards(
         full.narrow(0, 0, f.total).copy_(joined.narrow(0, 0, f.total));
         shard = full.narrow(0, my_part * f.shard_size, f.shard_size);
       }
-      loaded.emplace_back(&f, shard);
+      loaded.push_back(shard);
+    }
+  }
+  return loaded;
+}
+
+std::vector<torch::Tensor> FullyShardedModel::shards_from_full(
+    const std::vector<std::pair<std::string, torch::Tensor>>& parameters)
+    const {
+  const auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  std::unordered_map<std::string, const torch::Tensor*> by_name;
+  for (const auto& [name, value] : parameters) {
+    by_name[name] = &value;
+  }
+  const int64_t my_part = im.sharded() ? im.rank : 0;
+  std::vector<torch::Tensor> shards;
+  for (const auto& u : im.units) {
+    for (const FlatParam& f : u->flats) {
+      // Only the elements of this process's range are copied, parameter
+      // by parameter; the padding past the last parameter stays zero.
+      const int64_t lo = my_part * f.shard_size;
+      const int64_t hi = std::min(lo + f.shard_size, f.total);
+      torch::Tensor shard = torch::zeros({f.shard_size}, f.shard.options());
+      for (size_t i = 0; i < f.names.size(); ++i) {
+        const auto it = by_name.find(f.names[i]);
+        if (it == by_name.end() ||
+            it->second->sizes() != c10::IntArrayRef(f.shapes[i])) {
+          throw InvalidArgument(
+              component::kDistributed,
+              "FSDP: the whole weights to load " +
+                  std::string(
+                      it == by_name.end()
+                          ? "have no '" + f.names[i] + "'"
+                          : "hold '" + f.names[i] + "' in another shape") +
+                  "; nothing was loaded. Load weights saved from this "
+                  "model.");
+        }
+        const int64_t begin = std::max(lo, f.offsets[i]);
+        const int64_t end = std::min(hi, f.offsets[i] + f.numels[i]);
+        if (end > begin) {
+          shard.narrow(0, begin - lo, end - begin)
+              .copy_(it->second->reshape({-1}).narrow(
+                  0, begin - f.offsets[i], end - begin));
+        }
+      }
+      shards.push_back(shard);
+    }
+  }
+  return shards;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>>
+FullyShardedModel::parameter_shapes() const {
+  const auto& im = *impl_;
+  std::unordered_map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& u : im.units) {
+    for (const FlatParam& f : u->flats) {
+      for (size_t i = 0; i < f.names.size(); ++i) {
+        shapes[f.names[i]] = f.shapes[i];
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& item : im.model->named_parameters()) {
+    out.emplace_back(item.key(), shapes.at(item.key()));
+  }
+  return out;
+}
+
+void FullyShardedModel::load_shards(const std::vector<torch::Tensor>& shards) {
+  auto& im = *impl_;
+  torch::NoGradGuard no_grad;
+  size_t n = 0;
+  for (auto& u : im.units) {
+    n += u->flats.size();
+  }
+  if (shards.size() != n) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "FSDP load_shards: got " + std::to_string(shards.size()) +
+            " shards for " + std::to_string(n) +
+            " flat buffers. Pass what shards_from_saved or shards_from_full "
+            "of this model returned.");
+  }
+  size_t k = 0;
+  for (auto& u : im.units) {
+    for (FlatParam& f : u->flats) {
+      if (shards[k++].numel() != f.shard_size) {
+        throw InvalidArgument(
+            component::kDistributed,
+            "FSDP load_shards: shard " + std::to_string(k - 1) + " holds " +
+                std::to_string(shards[k - 1].numel()) + " elements, not " +
+                std::to_string(f.shard_size) +
+                ". Pass what shards_from_saved or shards_from_full of this "
+                "model returned.");
+      }
     }
   }
   // Everything checked: the gathered copies are dropped (the next forward
   // gathers the loaded shards), and the shards take the values.
-  for (auto& [f, shard] : loaded) {
-    im.release(*f);
-    f->shard.detach().copy_(shard);
+  k = 0;
+  for (auto& u : im.units) {
+    for (FlatParam& f : u->flats) {
+      im.release(f);
+      f.shard.detach().copy_(shards[k++]);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "ampkit/accelerator/accelerator.h"
 #include "ampkit/amp/autocast.h"
+#include "ampkit/checkpoint/model_io.h"
 #include "ampkit/dist/fsdp.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/memory.h"
@@ -41,7 +43,8 @@ struct TowerImpl : torch::nn::Module {
       : in(register_module("in", torch::nn::Linear(6, 8))),
         b0(register_module("b0", Block(8, dropout))),
         b1(register_module("b1", Block(8, dropout))),
-        out(register_module("out", torch::nn::Linear(8, 1))) {}
+        out(register_module("out", torch::nn::Linear(8, 1))),
+        seen(register_buffer("seen", torch::zeros({3}))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = in(x);
     h = dist::fsdp_forward(b0, h);   // a holder
@@ -52,6 +55,7 @@ struct TowerImpl : torch::nn::Module {
   Block b0;
   Block b1;
   torch::nn::Linear out;
+  torch::Tensor seen;  // a buffer, as running statistics are
 };
 TORCH_MODULE(Tower);
 
@@ -334,7 +338,7 @@ TEST(FsdpTest, ShardedWeightsSavedByAnotherProcessCountAreJoined) {
   auto short_of_one = files;
   short_of_one[2].layout["fsdp_part"] = "1";
   AMPKIT_EXPECT_THROWS_WITH(
-      fsdp.load_local_shards(
+      fsdp.shards_from_saved(
           kSaved,
           [&](int64_t q) { return short_of_one[static_cast<size_t>(q)]; }),
       InvalidArgument,
@@ -345,26 +349,26 @@ TEST(FsdpTest, ShardedWeightsSavedByAnotherProcessCountAreJoined) {
     f.layout[mine.tensors[1].first] = "12 something.else";
   }
   AMPKIT_EXPECT_THROWS_WITH(
-      fsdp.load_local_shards(
+      fsdp.shards_from_saved(
           kSaved, [&](int64_t q) { return other[static_cast<size_t>(q)]; }),
       InvalidArgument,
       "hold buffer '" + mine.tensors[1].first + "' as '12 something.else'");
   for (size_t k = 0; k < before.size(); ++k) {
     EXPECT_TRUE(torch::equal(fsdp.shards()[k], before[k])) << "buffer " << k;
   }
-  fsdp.load_local_shards(
-      kSaved, [&](int64_t q) { return files[static_cast<size_t>(q)]; });
+  fsdp.load_shards(fsdp.shards_from_saved(
+      kSaved, [&](int64_t q) { return files[static_cast<size_t>(q)]; }));
   for (size_t k = 0; k < wanted.size(); ++k) {
     EXPECT_TRUE(torch::equal(fsdp.shards()[k], wanted[k])) << "buffer " << k;
   }
   // Saved by this layout (1 process, part 0 of 1): its own file only.
   int64_t reads = 0;
   const auto now = fsdp.local_shards();
-  fsdp.load_local_shards(1, [&](int64_t q) {
+  fsdp.load_shards(fsdp.shards_from_saved(1, [&](int64_t q) {
     ++reads;
     EXPECT_EQ(q, 0);
     return now;
-  });
+  }));
   EXPECT_EQ(reads, 1);
 }
 
@@ -480,6 +484,55 @@ TEST(FsdpTest, MixedPrecisionGathersInTheComputeDtypeAndKeepsFp32Shards) {
 
 // FULL_SHARD: between uses a unit's parameters hold nothing; inside a
 // summon_full_params scope every one holds its value.
+// Whole weights by name (FULL_STATE_DICT, save_model's files) are cut into
+// the shards parameter by parameter: nothing is gathered, and weights of
+// another model are refused with the shards unchanged.
+TEST(FsdpTest, WholeWeightsAreCutIntoShardsWithoutGathering) {
+  Tower net = make_tower(11);
+  dist::FullyShardedModel fsdp(
+      net.ptr(), nullptr, blocks(dist::ShardingStrategy::full_shard));
+  Tower source = make_tower(12);
+  const auto whole = checkpoint::model_state(*source);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& p : source->named_parameters()) {
+    shapes.emplace_back(p.key(), p.value().sizes().vec());
+  }
+  EXPECT_EQ(fsdp.parameter_shapes(), shapes);
+  std::vector<torch::Tensor> before;
+  for (const auto& s : fsdp.shards()) {
+    before.push_back(s.detach().clone());
+  }
+  auto without = whole;
+  without.erase(without.begin() + 2);
+  AMPKIT_EXPECT_THROWS_WITH(
+      fsdp.shards_from_full(without),
+      InvalidArgument,
+      "have no '" + whole[2].first + "'");
+  auto reshaped = whole;
+  reshaped[0].second = reshaped[0].second.reshape({-1});
+  AMPKIT_EXPECT_THROWS_WITH(
+      fsdp.shards_from_full(reshaped),
+      InvalidArgument,
+      "hold '" + whole[0].first + "' in another shape");
+  AMPKIT_EXPECT_THROWS_WITH(
+      fsdp.load_shards({torch::zeros({3})}),
+      InvalidArgument,
+      "got 1 shards for 3 flat buffers");
+  for (size_t k = 0; k < before.size(); ++k) {
+    EXPECT_TRUE(torch::equal(fsdp.shards()[k], before[k])) << "buffer " << k;
+  }
+  fsdp.take_peak_gathered_bytes();
+  fsdp.load_shards(fsdp.shards_from_full(whole));
+  EXPECT_EQ(fsdp.take_peak_gathered_bytes(), 0);
+  fsdp.gather_all();
+  const auto loaded = weights(net);
+  const auto wanted = weights(source);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    EXPECT_TRUE(torch::equal(loaded[i], wanted[i])) << "parameter " << i;
+  }
+  fsdp.release_all(false);
+}
+
 TEST(FsdpTest, ParametersAreFreedBetweenUses) {
   Tower net = make_tower(5);
   const auto before = weights(net);
@@ -542,6 +595,65 @@ TEST_F(FsdpSaveTest, SaveModelWritesTheWholeModelAndLoadShardsIt) {
   for (size_t i = 0; i < saved.size(); ++i) {
     EXPECT_TRUE(torch::equal(saved[i], loaded[i])) << "parameter " << i;
   }
+}
+
+// SHARDED_STATE_DICT keeps the module's buffers, and load_state reads
+// every model's files before it loads any: a damaged file of the second
+// model leaves the first unchanged.
+TEST_F(
+    FsdpSaveTest, ShardedCheckpointKeepsBuffersAndLoadsNothingFromADamagedOne) {
+  const std::string dir = (dir_ / "ckpt").string();
+  auto options = quiet().fsdp(
+      blocks(dist::ShardingStrategy::full_shard)
+          .state_dict_type(dist::StateDictType::sharded_state_dict));
+  Tower first = make_tower(13);
+  Tower second = make_tower(14);
+  Accelerator accelerator(options);
+  auto a = accelerator.prepare(first);
+  auto b = accelerator.prepare(second);
+  first->seen.copy_(torch::tensor({1.0f, 2.0f, 3.0f}));
+  std::vector<torch::Tensor> saved;
+  {
+    const auto full = accelerator.summon_full_params();
+    saved = weights(first);
+  }
+  accelerator.save_state(dir);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/model_1_rank0.safetensors"));
+  // Another model's weights and buffer in model 0, through the full
+  // parameters.
+  Tower other = make_tower(15);
+  const auto replacement = weights(other);
+  auto overwrite = [&] {
+    first->seen.fill_(7.0f);
+    const auto full = accelerator.summon_full_params();
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < replacement.size(); ++i) {
+      first->parameters()[i].copy_(replacement[i]);
+    }
+  };
+  auto expect_weights = [&](const std::vector<torch::Tensor>& want) {
+    const auto full = accelerator.summon_full_params();
+    const auto held = weights(first);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(torch::equal(held[i], want[i])) << "parameter " << i;
+    }
+  };
+  overwrite();
+  accelerator.load_state(dir);
+  EXPECT_TRUE(torch::equal(first->seen, torch::tensor({1.0f, 2.0f, 3.0f})));
+  expect_weights(saved);
+  // Model 1's file damaged: model 0 keeps what it holds now.
+  overwrite();
+  {
+    std::fstream f(
+        dir + "/model_1_rank0.safetensors",
+        std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    f.write("XXXX", 4);
+  }
+  EXPECT_THROW(accelerator.load_state(dir), IoError);
+  EXPECT_TRUE(torch::equal(first->seen, torch::full({3}, 7.0f)));
+  expect_weights(replacement);
 }
 
 TEST(FsdpTest, WhatItCannotDoIsRefusedWithTheReason) {

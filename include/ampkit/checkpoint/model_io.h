@@ -7,7 +7,9 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "ampkit/checkpoint/safetensors.h"
 
@@ -24,6 +26,14 @@ void load_model_state(
     torch::nn::Module& model,
     const NamedTensors& state,
     const std::string& origin);
+/// load_model_state's check alone, changing nothing. `shapes`: the full
+/// shape of parameters whose values live elsewhere (FSDP's, empty between
+/// gathers), by name; the others are checked against the model's tensors.
+void check_model_state(
+    const torch::nn::Module& model,
+    const NamedTensors& state,
+    const std::string& origin,
+    const std::map<std::string, std::vector<int64_t>>& shapes = {});
 
 /// "10GB", "500MB", "2GiB", "123" (bytes): decimal units as accelerate's
 /// convert_file_size_to_int (KB = 1000), binary with an "i". Throws
@@ -48,5 +58,12 @@ void save_model_state(
 /// the index and its shards, else model.safetensors. Errors as
 /// load_model_state, naming the files.
 void load_model(torch::nn::Module& model, const std::string& dir);
+/// What load_model reads from `dir`, by name, and what its errors name
+/// (the single file, or the folder of a sharded save).
+struct ModelFiles {
+  NamedTensors state;
+  std::string origin;
+};
+ModelFiles read_model(const std::string& dir);
 
 }  // namespace ampkit::checkpoint

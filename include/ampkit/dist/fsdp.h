@@ -347,13 +347,34 @@ class FullyShardedModel {
     std::map<std::string, std::string> layout;
   };
   SavedShards local_shards() const;
-  /// Loads the shards `saved_processes` processes saved with local_shards
+
+  /// Loading, in two steps so that a checkpoint is read and checked whole
+  /// before anything changes: shards_from_saved / shards_from_full return
+  /// this process's shard of every flat buffer and change nothing;
+  /// load_shards then sets them.
+  ///
+  /// The shards `saved_processes` processes saved with local_shards
   /// (`read(q)`: process q's). With the same count and layout each process
   /// reads its own; otherwise each buffer is joined from the saved parts
   /// and split again for this run. Different buffers or parameters are an
-  /// InvalidArgument, and nothing is changed.
-  void load_local_shards(
-      int64_t saved_processes, const std::function<SavedShards(int64_t)>& read);
+  /// InvalidArgument.
+  std::vector<torch::Tensor> shards_from_saved(
+      int64_t saved_processes,
+      const std::function<SavedShards(int64_t)>& read) const;
+  /// Cut from whole parameters by name (a FULL_STATE_DICT or save_model
+  /// file), parameter by parameter: no buffer is gathered. Every parameter
+  /// must be there in its full shape (parameter_shapes), else an
+  /// InvalidArgument naming it; other names are left alone.
+  std::vector<torch::Tensor> shards_from_full(
+      const std::vector<std::pair<std::string, torch::Tensor>>& parameters)
+      const;
+  /// Each parameter's name and full shape, in named_parameters' order (the
+  /// model's own tensors are empty while their unit is not gathered).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes()
+      const;
+  /// Sets this process's shards to `shards` (from shards_from_saved or
+  /// shards_from_full) and drops any gathered copy.
+  void load_shards(const std::vector<torch::Tensor>& shards);
 
   const FsdpOptions& options() const;
   struct Impl;
