@@ -654,7 +654,10 @@ PreparedOptimizer Accelerator::prepare_optimizer(
         optimizer,
         st.group,
         st.options.zero_stage,
-        static_cast<int64_t>(st.options.bucket_cap_mb * 1024 * 1024));
+        // Under one byte (bucket_cap_mb is only checked positive): one
+        // parameter per bucket, as DDP takes it.
+        std::max<int64_t>(
+            1, static_cast<int64_t>(st.options.bucket_cap_mb * 1024 * 1024)));
     if (st.scaler && st.group) {
       // Each process checks only its shard's gradients: skip together.
       auto group = st.group;

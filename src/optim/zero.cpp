@@ -150,6 +150,10 @@ struct ShardedOptimizer::Bucket {
   int64_t end = 0;
   size_t first = 0;  // parameters [first, last)
   size_t last = 0;
+  // This process's part of the range, [lo, hi) in flat offsets (empty when
+  // hi <= lo).
+  int64_t lo = 0;
+  int64_t hi = 0;
   size_t waiting = 0;   // parameters whose gradient has not come yet
   torch::Tensor flat;   // the bucket's gradients, while reduced
   torch::Tensor part;   // this process's part of their sum
@@ -271,6 +275,8 @@ ShardedOptimizer::ShardedOptimizer(
       }
       b.begin = offsets_[b.first];
       b.end = offsets_[last - 1] + params_[last - 1].numel();
+      b.lo = std::clamp(begin, b.begin, b.end);
+      b.hi = std::clamp(end, b.begin, b.end);
       for (size_t i = b.first; i < b.last; ++i) {
         bucket_of_[i] = buckets_.size();
       }
@@ -310,8 +316,6 @@ ShardedOptimizer::ShardedOptimizer(
 void ShardedOptimizer::reduce_gradients() {
   torch::NoGradGuard no_grad;
   pending_ = true;
-  const int64_t begin = boundaries_[rank_];
-  const int64_t end = boundaries_[rank_ + 1];
   if (stage_ == 1) {
     for (size_t i = 0; i < params_.size(); ++i) {
       int64_t start = 0;
@@ -337,12 +341,11 @@ void ShardedOptimizer::reduce_gradients() {
     launch(next_bucket_++);
   }
   next_bucket_ = 0;
+  const int64_t begin = boundaries_[rank_];
   for (auto& b : buckets_) {
     b.reducing.wait();
-    const int64_t lo = std::clamp(begin, b.begin, b.end);
-    const int64_t hi = std::clamp(end, b.begin, b.end);
-    if (hi > lo) {
-      auto target = shard_grad_.narrow(0, lo - begin, hi - lo);
+    if (b.hi > b.lo) {
+      auto target = shard_grad_.narrow(0, b.lo - begin, b.hi - b.lo);
       if (reduced_) {
         target.add_(b.part);
       } else if (!b.direct) {
@@ -414,9 +417,6 @@ void ShardedOptimizer::launch(size_t k) {
       piece.zero_();
     }
   }
-  const int64_t begin = boundaries_[rank_];
-  const int64_t lo = std::clamp(begin, b.begin, b.end);
-  const int64_t hi = std::clamp(boundaries_[rank_ + 1], b.begin, b.end);
   b.direct = false;
   if (world_ == 1) {
     b.part = b.flat;
@@ -428,9 +428,10 @@ void ShardedOptimizer::launch(size_t k) {
   }
   // The first reduce since zero_grad writes straight into the shard's
   // gradient; a later one (a second backward) into a part added to it.
-  b.direct = !reduced_ && hi > lo;
-  b.part = b.direct ? shard_grad_.narrow(0, lo - begin, hi - lo)
-                    : torch::empty({hi - lo}, flat_.options());
+  b.direct = !reduced_ && b.hi > b.lo;
+  b.part = b.direct
+               ? shard_grad_.narrow(0, b.lo - boundaries_[rank_], b.hi - b.lo)
+               : torch::empty({b.hi - b.lo}, flat_.options());
   b.reducing = group_->reduce_scatter_async(b.part, b.flat, parts);
 }
 

@@ -166,6 +166,23 @@ TEST(ZeroTest, DetectAnomalyFindsNonFiniteGradientsInTheShard) {
   net->fc2->bias.remove_hook(hook);
 }
 
+// bucket_cap_mb is only checked positive: a cap below one byte is one
+// parameter per bucket (as DDP takes it), not a refused "0 bytes".
+TEST(ZeroTest, BucketCapUnderOneByteGivesOneParameterPerBucket) {
+  Net plain = make_net(3);
+  torch::optim::SGD plain_sgd(plain->parameters(), 0.1);
+  const auto x = torch::randn({4, 6});
+  plain->forward(x).pow(2).sum().backward();
+  plain_sgd.step();
+  Accelerator accelerator(quiet().zero_stage(2).bucket_cap_mb(1e-9));
+  Net net = make_net(3);
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  auto [model, optimizer] = accelerator.prepare(net, sgd);
+  accelerator.backward(model(x).pow(2).sum());
+  optimizer.step();
+  expect_close(snapshot(plain), snapshot(net), 0);
+}
+
 TEST(ZeroTest, StepAfterAPlainBackwardIsRefused) {
   Accelerator accelerator(quiet().zero_stage(2));
   Net net = make_net();
