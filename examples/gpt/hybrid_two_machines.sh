@@ -13,23 +13,9 @@ set -uo pipefail
 bin="$1" out="$2" steps="${3:-20}" config="${4:-tiny}"
 skip() { echo "hybrid_two_machines: $*; skipped"; exit 77; }
 fail() { echo "hybrid_two_machines: FAIL: $*"; exit 1; }
-[ "$(id -u)" = 0 ] || skip "not root"
-command -v ip > /dev/null || skip "no ip command"
 tag="$$"
-na="ampkitHA$tag" nb="ampkitHB$tag" va="vhA$tag" vb="vhB$tag"
-cleanup() {
-  ip netns del "$na" 2>/dev/null
-  ip netns del "$nb" 2>/dev/null
-}
-trap cleanup EXIT
-ip netns add "$na" 2>/dev/null || skip "cannot create a network namespace"
-ip netns add "$nb" || fail "a second network namespace"
-ip link add "$va" type veth peer name "$vb" || skip "cannot create a veth pair"
-ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || fail "moving the veth ends"
-ip -n "$na" addr add 10.78.0.1/24 dev "$va" && ip -n "$nb" addr add 10.78.0.2/24 dev "$vb" ||
-  fail "addresses"
-for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
-ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up"
+source "$(dirname "$0")/../../tests/dist/netns_pair.sh"
+netns_pair "ampkitHA$tag" "ampkitHB$tag" "vhA$tag" "vhB$tag" 10.78.0
 rm -rf "$out" && mkdir -p "$out"
 
 args=(--config "$config" --max-steps "$steps" --threads 1 --eval-windows 16

@@ -17,25 +17,11 @@ set -uo pipefail
 ampkit="$1" demo="$2"
 skip() { echo "two_machines_test: $*; skipped"; exit 77; }
 fail() { echo "two_machines_test: FAIL: $*"; exit 1; }
-[ "$(id -u)" = 0 ] || skip "not root"
-command -v ip > /dev/null || skip "no ip command"
 tag="$$"
-na="ampkitA$tag" nb="ampkitB$tag" va="vaA$tag" vb="vaB$tag"
 out="$(mktemp -d)"
-cleanup() {
-  ip netns del "$na" 2>/dev/null
-  ip netns del "$nb" 2>/dev/null
-  rm -rf "$out"
-}
-trap cleanup EXIT
-ip netns add "$na" 2>/dev/null || skip "cannot create a network namespace"
-ip netns add "$nb" || fail "a second network namespace"
-ip link add "$va" type veth peer name "$vb" || skip "cannot create a veth pair"
-ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || fail "moving the veth ends"
-ip -n "$na" addr add 10.77.0.1/24 dev "$va" && ip -n "$nb" addr add 10.77.0.2/24 dev "$vb" ||
-  fail "addresses"
-for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
-ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up"
+on_exit() { rm -rf "$out"; }
+source "$(dirname "$0")/netns_pair.sh"
+netns_pair "ampkitA$tag" "ampkitB$tag" "vaA$tag" "vaB$tag" 10.77.0
 
 port=$((29600 + tag % 300))
 # Each machine writes checkpoints into its own folder (no shared
