@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ampkit/error.h"
+#include "dist/compat.h"
 #include "dist/file_rendezvous.h"
 #include "utils/components.h"
 #include "utils/strings.h"
@@ -102,9 +103,7 @@ Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>()) {
     im.store = c10::make_intrusive<c10d::TCPStore>(im.o.master_addr, so);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    const std::string said = ampkit::detail::lower(what);
-    if (so.isServer && (said.find("already in use") != std::string::npos ||
-                        said.find("eaddrinuse") != std::string::npos)) {
+    if (so.isServer && detail::port_in_use(e)) {
       throw DistributedError(
           component::kLaunch,
           "machine 0 could not open the rendezvous port " +

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ampkit/error.h"
+#include "utils/strings.h"
 
 namespace ampkit::dist::detail {
 namespace {
@@ -211,6 +212,12 @@ std::unique_ptr<c10d::Reducer> construct_reducer(ReducerArgs& a) {
 
 std::unique_ptr<c10d::Reducer> make_reducer(ReducerArgs args) {
   return construct_reducer(args);
+}
+
+bool port_in_use(const std::exception& e) {
+  const std::string said = ampkit::detail::lower(e.what());
+  return said.find("already in use") != std::string::npos ||
+         said.find("eaddrinuse") != std::string::npos;
 }
 
 }  // namespace ampkit::dist::detail

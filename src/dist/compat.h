@@ -31,6 +31,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_group(
     std::chrono::milliseconds timeout,
     const std::string& hostname);
 
+/// Whether c10d's TCPStore server failed because its port is taken (1.13
+/// says "Address already in use", 2.x names EADDRINUSE).
+bool port_in_use(const std::exception& e);
+
 /// Whether this LibTorch was built with NCCL.
 bool nccl_available();
 

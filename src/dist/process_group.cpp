@@ -206,9 +206,7 @@ ProcessGroup::ProcessGroup(
       im.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      const std::string said = ampkit::detail::lower(what);
-      if (o.isServer && (said.find("already in use") != std::string::npos ||
-                         said.find("eaddrinuse") != std::string::npos)) {
+      if (o.isServer && detail::port_in_use(e)) {
         // It did not wait for anyone: it could not listen.
         throw DistributedError(
             component::kDistributed,
