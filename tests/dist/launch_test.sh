@@ -104,6 +104,20 @@ done
 wait %1 || fail "machine 0: $(cat "$dir/m0.log")"
 wait %2 || fail "machine 1: $(cat "$dir/m1.log")"
 grep -q "\[rank 0\] metrics ok" "$dir/m0.log" || fail "group of 4: $(cat "$dir/m0.log")"
+# A rendezvous port another program holds: machine 0's launcher says so at
+# once, naming the flag for another port.
+python3 -c 'import socket,time;s=socket.socket();s.bind(("",0));s.listen()
+print(s.getsockname()[1],flush=True);time.sleep(120)' > "$dir/held" &
+holder=$!
+for _ in $(seq 100); do [ -s "$dir/held" ] && break; sleep 0.1; done
+held="$(cat "$dir/held")"
+set +e
+out="$("$ampkit" launch -q --num_processes 2 --num_machines 2 --machine_rank 0 \
+  --main_process_ip 127.0.0.1 --main_process_port "$held" "$worker" metrics 2>&1)"; rc=$?
+set -e
+kill "$holder"
+[ "$rc" -ne 0 ] && grep -q "machine 0 could not open the rendezvous port $held: another program holds it" <<<"$out" ||
+  fail "a held rendezvous port: rc $rc: $out"
 # 8. An accelerate DeepSpeed config: its ZeRO stage and clipping reach the
 #    workers, and its gpu_ids become CUDA_VISIBLE_DEVICES, as accelerate
 #    launch does; --multi_gpu without a process count and without a GPU
