@@ -48,9 +48,9 @@ std::string model_shard_file(size_t i, int64_t rank) {
   return per_process_file("model", i, rank, ".safetensors");
 }
 
-// `dir` must have `name`, process q's file of what a resume on `processes`
-// processes (`what`) needs from every one of the `saved` processes that
-// saved it.
+// `dir` must have `name`: one process's shard file of `what`, which a resume
+// on `processes` processes reads from each of the m.world_size processes
+// that saved it.
 void need_file(
     const ck::Manifest& m,
     const std::string& dir,
