@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,31 +25,56 @@ namespace ampkit::dist {
 
 namespace {
 
-/// `value` as one of PyTorch's enum members, by name or by number.
+/// One of PyTorch's enum members: its name, its number, ampkit's value.
+/// Where a value has several names the first is the one ampkit writes.
 template <typename E>
+struct Member {
+  const char* name;
+  const char* number;
+  E value;
+};
+
+constexpr Member<ShardingStrategy> kStrategies[] = {
+    {"FULL_SHARD", "1", ShardingStrategy::full_shard},
+    {"SHARD_GRAD_OP", "2", ShardingStrategy::shard_grad_op},
+    {"NO_SHARD", "3", ShardingStrategy::no_shard},
+    {"HYBRID_SHARD", "4", ShardingStrategy::hybrid_shard},
+    {"HYBRID_SHARD_ZERO2", "5", ShardingStrategy::hybrid_shard_zero2},
+    {"_HYBRID_SHARD_ZERO2", "5", ShardingStrategy::hybrid_shard_zero2}};
+constexpr Member<BackwardPrefetch> kPrefetches[] = {
+    {"BACKWARD_PRE", "1", BackwardPrefetch::backward_pre},
+    {"BACKWARD_POST", "2", BackwardPrefetch::backward_post},
+    {"NO_PREFETCH", "3", BackwardPrefetch::none}};
+constexpr Member<StateDictType> kStateDictTypes[] = {
+    {"FULL_STATE_DICT", "1", StateDictType::full_state_dict},
+    {"SHARDED_STATE_DICT", "3", StateDictType::sharded_state_dict}};
+
+/// `value` as one of `members`, by name or by number.
+template <typename E, size_t N>
 std::optional<E> by_name_or_number(
-    const std::string& value,
-    std::initializer_list<std::tuple<const char*, const char*, E>> members) {
-  for (const auto& [name, number, member] : members) {
-    if (value == name || value == number) {
-      return member;
+    const std::string& value, const Member<E> (&members)[N]) {
+  for (const auto& m : members) {
+    if (value == m.name || value == m.number) {
+      return m.value;
     }
   }
   return std::nullopt;
 }
 
+template <typename E, size_t N>
+std::string name_of(E value, const Member<E> (&members)[N]) {
+  for (const auto& m : members) {
+    if (m.value == value) {
+      return m.name;
+    }
+  }
+  return "?";
+}
+
 }  // namespace
 
 ShardingStrategy parse_sharding_strategy(const std::string& value) {
-  using S = ShardingStrategy;
-  if (const auto s = by_name_or_number<S>(
-          value,
-          {{"FULL_SHARD", "1", S::full_shard},
-           {"SHARD_GRAD_OP", "2", S::shard_grad_op},
-           {"NO_SHARD", "3", S::no_shard},
-           {"HYBRID_SHARD", "4", S::hybrid_shard},
-           {"HYBRID_SHARD_ZERO2", "5", S::hybrid_shard_zero2},
-           {"_HYBRID_SHARD_ZERO2", "5", S::hybrid_shard_zero2}})) {
+  if (const auto s = by_name_or_number(value, kStrategies)) {
     return *s;
   }
   throw InvalidArgument(
@@ -61,28 +85,11 @@ ShardingStrategy parse_sharding_strategy(const std::string& value) {
 }
 
 std::string to_string(ShardingStrategy strategy) {
-  switch (strategy) {
-    case ShardingStrategy::full_shard:
-      return "FULL_SHARD";
-    case ShardingStrategy::shard_grad_op:
-      return "SHARD_GRAD_OP";
-    case ShardingStrategy::no_shard:
-      return "NO_SHARD";
-    case ShardingStrategy::hybrid_shard:
-      return "HYBRID_SHARD";
-    case ShardingStrategy::hybrid_shard_zero2:
-      return "HYBRID_SHARD_ZERO2";
-  }
-  return "?";
+  return name_of(strategy, kStrategies);
 }
 
 BackwardPrefetch parse_backward_prefetch(const std::string& value) {
-  using B = BackwardPrefetch;
-  if (const auto b = by_name_or_number<B>(
-          value,
-          {{"BACKWARD_PRE", "1", B::backward_pre},
-           {"BACKWARD_POST", "2", B::backward_post},
-           {"NO_PREFETCH", "3", B::none}})) {
+  if (const auto b = by_name_or_number(value, kPrefetches)) {
     return *b;
   }
   throw InvalidArgument(
@@ -93,23 +100,11 @@ BackwardPrefetch parse_backward_prefetch(const std::string& value) {
 }
 
 std::string to_string(BackwardPrefetch prefetch) {
-  switch (prefetch) {
-    case BackwardPrefetch::backward_pre:
-      return "BACKWARD_PRE";
-    case BackwardPrefetch::backward_post:
-      return "BACKWARD_POST";
-    case BackwardPrefetch::none:
-      return "NO_PREFETCH";
-  }
-  return "?";
+  return name_of(prefetch, kPrefetches);
 }
 
 StateDictType parse_state_dict_type(const std::string& value) {
-  using T = StateDictType;
-  if (const auto t = by_name_or_number<T>(
-          value,
-          {{"FULL_STATE_DICT", "1", T::full_state_dict},
-           {"SHARDED_STATE_DICT", "3", T::sharded_state_dict}})) {
+  if (const auto t = by_name_or_number(value, kStateDictTypes)) {
     return *t;
   }
   if (value == "LOCAL_STATE_DICT" || value == "2") {
@@ -127,8 +122,7 @@ StateDictType parse_state_dict_type(const std::string& value) {
 }
 
 std::string to_string(StateDictType type) {
-  return type == StateDictType::sharded_state_dict ? "SHARDED_STATE_DICT"
-                                                   : "FULL_STATE_DICT";
+  return name_of(type, kStateDictTypes);
 }
 
 namespace detail {
