@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
   const auto held = accelerator.gather(
       torch::tensor({state, grads}, torch::kLong).unsqueeze(0));
   const auto most = std::get<0>(held.max(0));
-  // Stage 2's reduce: the backend's reduce_scatter (NCCL), or an all-reduce
-  // (Gloo, whose reduce_scatter is slower than its all-reduce).
+  // Stage 2's reduce: the backend's reduce_scatter (NCCL), or ampkit's
+  // point-to-point one (Gloo, whose own is slower than its all-reduce).
   const bool native = accelerator.process_group() != nullptr &&
                       accelerator.process_group()->has_reduce_scatter();
   if (accelerator.is_main_process()) {
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
         static_cast<long long>(most[0].item<int64_t>()),
         static_cast<long long>(most[1].item<int64_t>()),
         ms.empty() ? 0.0 : ms[ms.size() / 2],
-        native ? "the backend's" : "an all-reduce (Gloo)");
+        native ? "the backend's" : "point to point (Gloo)");
   }
   return 0;
 }

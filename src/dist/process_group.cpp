@@ -542,6 +542,102 @@ at::Tensor for_backend(const ProcessGroup::Impl& im, const at::Tensor& t) {
   return t.contiguous();
 }
 
+// Gloo's reduce-scatter, point to point: each process sends every other
+// process that one's part of `flat` and sums the parts it receives into its
+// own, in rank order (so a run repeats to the bit). Each process sends and
+// receives (N-1)/N of `flat`, half of what an all-reduce moves; Gloo's own
+// reduce_scatter is slower than its all-reduce. 25 MB on 2 processes,
+// bench/gloo_reduce_scatter.py: see docs/benchmarks.md.
+PendingCollective reduce_scatter_by_exchange(
+    ProcessGroup& group,
+    torch::Tensor& output,
+    const at::Tensor& flat,
+    const std::vector<int64_t>& bounds) {
+  // Gloo matches a pair's sends and receives of one tag in the order they
+  // were issued, so reduce-scatters in flight at once keep apart as long
+  // as every process issues them in the same order (as collectives).
+  constexpr int kTag = 0x5253;
+  const std::string operation = "reduce_scatter";
+  const int64_t n = group.size();
+  const int64_t rank = group.rank();
+  const int64_t begin = bounds[rank];
+  const int64_t length = bounds[rank + 1] - begin;
+  auto& pg = *group.impl().pg;
+  // The lowest other rank whose contribution is received straight into
+  // the result (addition commutes, so the rank order's sum is unchanged).
+  const int64_t first_peer = rank == 0 ? 1 : 0;
+  const bool in_place = output.is_contiguous() &&
+                        output.scalar_type() == flat.scalar_type() &&
+                        output.device() == flat.device();
+  try {
+    at::Tensor target = in_place ? output : at::empty({length}, flat.options());
+    std::vector<at::Tensor> received(n);  // by rank; own: undefined
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<at::Tensor>> held;  // what Gloo reads or writes
+    // As bytes: Gloo moves any dtype that way (bf16 in LibTorch 1.13).
+    auto post = [&](const at::Tensor& t, int64_t peer, bool send) {
+      held.push_back({t.view(at::kByte)});
+      works.push_back(
+          send ? pg.send(held.back(), static_cast<int>(peer), kTag)
+               : pg.recv(held.back(), static_cast<int>(peer), kTag));
+    };
+    if (length > 0) {
+      for (int64_t q = 0; q < n; ++q) {
+        if (q != rank) {
+          received[q] =
+              q == first_peer ? target : at::empty({length}, flat.options());
+          post(received[q], q, false);
+        }
+      }
+    }
+    for (int64_t q = 0; q < n; ++q) {
+      const int64_t part = bounds[q + 1] - bounds[q];
+      if (q != rank && part > 0) {
+        post(flat.narrow(0, bounds[q], part), q, true);
+      }
+    }
+    return PendingCollective([&group,
+                              works,
+                              held,
+                              received,
+                              target,
+                              output,
+                              flat,
+                              begin,
+                              length,
+                              rank,
+                              first_peer,
+                              operation]() mutable {
+      try {
+        for (auto& work : works) {
+          work->wait();
+        }
+        if (length == 0) {
+          return;
+        }
+        const at::Tensor own = flat.narrow(0, begin, length);
+        const auto n = static_cast<int64_t>(received.size());
+        if (n == 1) {
+          target.copy_(own);
+        } else {
+          for (int64_t q = 0; q < n; ++q) {
+            if (q != first_peer) {
+              target.add_(q == rank ? own : received[q]);
+            }
+          }
+        }
+        if (!target.is_same(output)) {
+          output.copy_(target);
+        }
+      } catch (...) {
+        group.rethrow_explained(operation);
+      }
+    });
+  } catch (...) {
+    group.rethrow_explained(operation);
+  }
+}
+
 }  // namespace
 
 void ProcessGroup::barrier() {
@@ -682,7 +778,8 @@ bool ProcessGroup::can_sum(c10::ScalarType dtype) const {
 bool ProcessGroup::has_reduce_scatter() const {
   // Gloo has one from LibTorch 2.0, but slower than its all-reduce: for
   // 25 MB on 2 processes (torch 2.11) reduce_scatter took 27.6 ms and
-  // reduce_scatter_tensor 36.8 ms, against 22.1 ms for all_reduce.
+  // reduce_scatter_tensor 36.8 ms, against 22.1 ms for all_reduce. There
+  // reduce_scatter_by_exchange moves half an all-reduce's bytes instead.
   return impl_->backend == "nccl";
 }
 
@@ -722,20 +819,18 @@ PendingCollective ProcessGroup::reduce_scatter_async(
             std::to_string(output.numel()) + ".");
   }
   check_same(*this, "reduce_scatter", flat);
-  const bool native = has_reduce_scatter();
   const std::string operation = "reduce_scatter";
+  if (!has_reduce_scatter()) {
+    return reduce_scatter_by_exchange(
+        *this, output, for_backend(*impl_, flat), boundaries);
+  }
   try {
     c10::intrusive_ptr<c10d::Work> work;
     // What the backend writes, and where this process's part starts in it.
     at::Tensor result;
     int64_t from = 0;
     std::vector<at::Tensor> inputs;  // kept alive until the work is done
-    if (!native) {
-      inputs = {for_backend(*impl_, flat)};
-      work = impl_->pg->allreduce(inputs);
-      result = inputs[0];
-      from = begin;
-    } else {
+    {
       // One flat buffer in, one out (c10d's _reduce_scatter_base), padded
       // only where the parts differ.
       int64_t longest = 0;

@@ -422,6 +422,14 @@ TEST_F(DistTest, CollectivesGiveAccelerateResults) {
   EXPECT_THAT(results[1].out, ::testing::Not(HasSubstr("collectives ok")));
 }
 
+TEST_F(DistTest, ReduceScatterSumsEachPartInRankOrder) {
+  const auto results = run(3, {"reduce_scatter"});
+  expect_all_ok(results);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_THAT(results[r].out, HasSubstr("reduce_scatter ok"));
+  }
+}
+
 TEST_F(DistTest, DebugModeNamesEveryRanksShapeInsteadOfHanging) {
   const auto results = run(2, {"debug_mismatch"}, std::chrono::seconds(60));
   expect_all_ok(results);

@@ -130,9 +130,10 @@ class ProcessGroup {
   /// sum, flat[boundaries[rank], boundaries[rank + 1]), into `output`.
   /// `boundaries` has size() + 1 non-decreasing offsets from 0 to
   /// flat.numel(). NCCL runs its reduce-scatter (parts padded to one length
-  /// where they differ). Gloo all-reduces `flat` in place and copies the
-  /// part out: that moves twice the data, but Gloo's own reduce_scatter
-  /// (LibTorch 2.x; 1.13 has none) is slower than its all-reduce.
+  /// where they differ). On Gloo each process sends every other its part
+  /// of `flat` and adds the parts it receives, in rank order: half the
+  /// bytes of an all-reduce (Gloo's own reduce_scatter, LibTorch 2.x only,
+  /// is slower than its all-reduce). `flat` is left unchanged.
   void reduce_scatter(
       torch::Tensor& output,
       torch::Tensor& flat,
@@ -148,8 +149,8 @@ class ProcessGroup {
   /// Whether the backend sums tensors of `dtype` (Gloo in LibTorch 1.13
   /// has no bf16; gathers move any dtype, bf16 as bytes there).
   bool can_sum(c10::ScalarType dtype) const;
-  /// Whether reduce_scatter runs the backend's own (NCCL) rather than an
-  /// all-reduce (Gloo).
+  /// Whether reduce_scatter runs the backend's own (NCCL) rather than
+  /// ampkit's point-to-point one (Gloo).
   bool has_reduce_scatter() const;
   /// Every process's shape of `tensor`; with debug on, each collective
   /// calls it and throws when they differ.
