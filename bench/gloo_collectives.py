@@ -50,3 +50,4 @@ if rank == 0:
     print(f"torch {torch.__version__}, Gloo, 2 processes, 25 MB, ms (median of 3 x 20):")
     for name, v in res.items():
         print(f"  {name:<20}{sorted(v)[1]:8.1f}")
+dist.destroy_process_group()
