@@ -542,20 +542,60 @@ at::Tensor for_backend(const ProcessGroup::Impl& im, const at::Tensor& t) {
   return t.contiguous();
 }
 
+// Collectives in flight: their works, and the tensors the backend reads or
+// writes, kept alive until they are done.
+struct InFlight {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<at::Tensor>> held;
+  void wait() {
+    for (auto& work : works) {
+      work->wait();
+    }
+  }
+};
+
+// One point-to-point exchange on Gloo: receives[q] from process q, then
+// sends[q] to process q (undefined or empty: nothing; both sides skip the
+// same empty parts), as bytes, which Gloo moves for any dtype (bf16 in
+// LibTorch 1.13 too). Gloo matches a pair's messages of one tag in the
+// order they were posted, so exchanges in flight at once keep apart as
+// long as every process posts them in the same order, as collectives are.
+InFlight post_exchange(
+    c10d::ProcessGroup& pg,
+    int tag,
+    const std::vector<at::Tensor>& receives,
+    const std::vector<at::Tensor>& sends) {
+  InFlight posted;
+  auto post = [&](const at::Tensor& t, size_t peer, bool send) {
+    if (!t.defined() || t.numel() == 0) {
+      return;
+    }
+    posted.held.push_back({t.view(at::kByte)});
+    auto& bytes = posted.held.back();
+    posted.works.push_back(
+        send ? pg.send(bytes, static_cast<int>(peer), tag)
+             : pg.recv(bytes, static_cast<int>(peer), tag));
+  };
+  for (size_t q = 0; q < receives.size(); ++q) {
+    post(receives[q], q, false);
+  }
+  for (size_t q = 0; q < sends.size(); ++q) {
+    post(sends[q], q, true);
+  }
+  return posted;
+}
+
 // Gloo's reduce-scatter, point to point: each process sends every other
 // process that one's part of `flat` and sums the parts it receives into its
 // own, in rank order (so a run repeats to the bit). Each process sends and
 // receives (N-1)/N of `flat`, half of what an all-reduce moves; Gloo's own
-// reduce_scatter is slower than its all-reduce. 25 MB on 2 processes,
-// bench/gloo_reduce_scatter.py: see docs/benchmarks.md.
+// reduce_scatter is slower than its all-reduce (bench/gloo_collectives.py,
+// docs/benchmarks.md).
 PendingCollective reduce_scatter_by_exchange(
     ProcessGroup& group,
     torch::Tensor& output,
     const at::Tensor& flat,
     const std::vector<int64_t>& bounds) {
-  // Gloo matches a pair's sends and receives of one tag in the order they
-  // were issued, so reduce-scatters in flight at once keep apart as long
-  // as every process issues them in the same order (as collectives).
   constexpr int kTag = 0x5253;
   const std::string operation = "reduce_scatter";
   const int64_t n = group.size();
@@ -572,33 +612,18 @@ PendingCollective reduce_scatter_by_exchange(
   try {
     at::Tensor target = in_place ? output : at::empty({length}, flat.options());
     std::vector<at::Tensor> received(n);  // by rank; own: undefined
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    std::vector<std::vector<at::Tensor>> held;  // what Gloo reads or writes
-    // As bytes: Gloo moves any dtype that way (bf16 in LibTorch 1.13).
-    auto post = [&](const at::Tensor& t, int64_t peer, bool send) {
-      held.push_back({t.view(at::kByte)});
-      works.push_back(
-          send ? pg.send(held.back(), static_cast<int>(peer), kTag)
-               : pg.recv(held.back(), static_cast<int>(peer), kTag));
-    };
-    if (length > 0) {
-      for (int64_t q = 0; q < n; ++q) {
-        if (q != rank) {
-          received[q] =
-              q == first_peer ? target : at::empty({length}, flat.options());
-          post(received[q], q, false);
-        }
-      }
-    }
+    std::vector<at::Tensor> sent(n);
     for (int64_t q = 0; q < n; ++q) {
-      const int64_t part = bounds[q + 1] - bounds[q];
-      if (q != rank && part > 0) {
-        post(flat.narrow(0, bounds[q], part), q, true);
+      if (q != rank) {
+        received[q] = length == 0 || q == first_peer
+                          ? target
+                          : at::empty({length}, flat.options());
+        sent[q] = flat.narrow(0, bounds[q], bounds[q + 1] - bounds[q]);
       }
     }
+    InFlight posted = post_exchange(pg, kTag, received, sent);
     return PendingCollective([&group,
-                              works,
-                              held,
+                              posted,
                               received,
                               target,
                               output,
@@ -609,9 +634,7 @@ PendingCollective reduce_scatter_by_exchange(
                               first_peer,
                               operation]() mutable {
       try {
-        for (auto& work : works) {
-          work->wait();
-        }
+        posted.wait();
         if (length == 0) {
           return;
         }
@@ -725,31 +748,38 @@ PendingCollective ProcessGroup::all_gather_into_async(
       flat = flat.view(at::kByte);
       part = inputs[0].numel();
     }
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int64_t r = 0; r < size(); ++r) {
-      outputs[0].push_back(flat.narrow(0, r * part, part));
-    }
-    // NCCL: one flat buffer in, one out, no list of views.
-    auto work = impl_->backend == "nccl"
-                    ? impl_->pg->_allgather_base(flat, inputs[0])
-                    : impl_->pg->allgather(outputs, inputs);
-    return PendingCollective([this,
-                              work,
-                              inputs,
-                              outputs,
-                              target,
-                              output,
-                              direct,
-                              operation]() mutable {
-      try {
-        work->wait();
-        if (!direct) {
-          output.copy_(target.view(output.sizes()));
-        }
-      } catch (...) {
-        rethrow_explained(operation);
+    InFlight posted;
+    if (impl_->backend == "nccl") {
+      // One flat buffer in, one out, no list of views.
+      posted.works = {impl_->pg->_allgather_base(flat, inputs[0])};
+      posted.held = {inputs, {flat}};
+    } else {
+      // Gloo: point to point, this process's part sent to every other and
+      // theirs received in place, faster than Gloo's allgather (25 MB on
+      // 2 processes: bench/gloo_collectives.py, docs/benchmarks.md).
+      constexpr int kTag = 0x4147;
+      std::vector<at::Tensor> receives;
+      std::vector<at::Tensor> sends(size(), inputs[0]);
+      for (int64_t r = 0; r < size(); ++r) {
+        receives.push_back(flat.narrow(0, r * part, part));
       }
-    });
+      receives[rank()].copy_(inputs[0]);
+      receives[rank()] = at::Tensor();
+      sends[rank()] = at::Tensor();
+      posted = post_exchange(*impl_->pg, kTag, receives, sends);
+      posted.held.push_back({flat});
+    }
+    return PendingCollective(
+        [this, posted, target, output, direct, operation]() mutable {
+          try {
+            posted.wait();
+            if (!direct) {
+              output.copy_(target.view(output.sizes()));
+            }
+          } catch (...) {
+            rethrow_explained(operation);
+          }
+        });
   } catch (...) {
     rethrow_explained(operation);
   }

@@ -422,11 +422,11 @@ TEST_F(DistTest, CollectivesGiveAccelerateResults) {
   EXPECT_THAT(results[1].out, ::testing::Not(HasSubstr("collectives ok")));
 }
 
-TEST_F(DistTest, ReduceScatterSumsEachPartInRankOrder) {
-  const auto results = run(3, {"reduce_scatter"});
+TEST_F(DistTest, FlatCollectivesGiveEachProcessItsPartInRankOrder) {
+  const auto results = run(3, {"flat_collectives"});
   expect_all_ok(results);
   for (int r = 0; r < 3; ++r) {
-    EXPECT_THAT(results[r].out, HasSubstr("reduce_scatter ok"));
+    EXPECT_THAT(results[r].out, HasSubstr("flat collectives ok"));
   }
 }
 

@@ -266,17 +266,19 @@ int zero_overlap() {
   return 0;
 }
 
-// ProcessGroup::reduce_scatter on 3 processes (Gloo: point to point): each
+// The flat collectives FSDP and ZeRO-2 use, on 3 processes (Gloo: point to
+// point). ProcessGroup::reduce_scatter: each
 // process gets its part of the sum of every process's tensor, summed in
 // rank order, with parts of different lengths (process 1's empty); two
 // issued before either is waited for, and waited for in the other order;
-// the input unchanged; bf16 summed as bf16 into an fp32 output.
-int reduce_scatter() {
+// the input unchanged; bf16 summed as bf16 into an fp32 output. Then
+// all_gather_into.
+int flat_collectives() {
   ampkit::Accelerator accelerator(base_options());
   auto& group = *accelerator.process_group();
   const int64_t w = group.size();
   const int64_t r = group.rank();
-  CHECK_OR_FAIL(w == 3, "reduce_scatter expects 3 processes");
+  CHECK_OR_FAIL(w == 3, "flat_collectives expects 3 processes");
   const std::vector<int64_t> bounds{0, 4, 4, 10};
   const int64_t begin = bounds[r];
   const int64_t length = bounds[r + 1] - begin;
@@ -318,7 +320,31 @@ int reduce_scatter() {
   CHECK_OR_FAIL(
       out_c.equal(expected(2, torch::kBFloat16).to(torch::kFloat)),
       "the bf16 reduce_scatter's part is not the bf16 rank-order sum");
-  std::cout << "rank " << r << " reduce_scatter ok" << std::endl;
+  // all_gather_into: every process's part in rank order, two in flight at
+  // once, and bf16 (moved as bytes).
+  auto gathered_a = torch::full({3 * w}, -1.0f);
+  auto gathered_b = torch::full({3 * w}, -1.0f);
+  auto gathering_a = group.all_gather_into_async(
+      gathered_a, input(r, 3, torch::kFloat).narrow(0, 0, 3));
+  auto gathering_b = group.all_gather_into_async(
+      gathered_b, input(r, 4, torch::kFloat).narrow(0, 2, 3));
+  gathering_b.wait();
+  gathering_a.wait();
+  auto gathered_c = torch::empty({3 * w}, torch::kBFloat16);
+  group.all_gather_into(
+      gathered_c, input(r, 5, torch::kBFloat16).narrow(0, 7, 3));
+  for (int64_t q = 0; q < w; ++q) {
+    CHECK_OR_FAIL(
+        gathered_a.narrow(0, 3 * q, 3)
+                .equal(input(q, 3, torch::kFloat).narrow(0, 0, 3)) &&
+            gathered_b.narrow(0, 3 * q, 3)
+                .equal(input(q, 4, torch::kFloat).narrow(0, 2, 3)) &&
+            gathered_c.narrow(0, 3 * q, 3)
+                .equal(input(q, 5, torch::kBFloat16).narrow(0, 7, 3)),
+        "all_gather_into: process " + std::to_string(q) +
+            "'s part is not its input");
+  }
+  std::cout << "rank " << r << " flat collectives ok" << std::endl;
   return 0;
 }
 
@@ -1239,8 +1265,8 @@ int main(int argc, char** argv) {
     if (scenario == "collectives") {
       return collectives();
     }
-    if (scenario == "reduce_scatter") {
-      return reduce_scatter();
+    if (scenario == "flat_collectives") {
+      return flat_collectives();
     }
     if (scenario == "debug_mismatch") {
       return debug_mismatch();
