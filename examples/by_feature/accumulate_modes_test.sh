@@ -4,7 +4,12 @@
 # by hand, no_sync, the loss scaled by the process count) and ampkit's
 # accumulate(model, num_items) (--with_accumulate). Lines of uneven length
 # (padding ignored) and a short last window: every grad norm, train loss
-# and eval loss agrees within a relative 1e-5, with 2 processes.
+# and eval loss agrees within a relative 1e-4, with 2 processes. The two
+# ways round differently (the loss divided in another order) and the
+# difference grows over the run: within 1e-5 on the Xeons this ran on
+# first, 1.2e-5 at step 48 on an EPYC with AVX512-BF16 (the same code). A
+# scaling mistake (a factor of the process count or of the accumulation
+# steps) moves the grad norms by that factor.
 # Usage: accumulate_modes_test.sh AMPKIT_CLI BY_FEATURE_DIR OUT_DIR
 set -euo pipefail
 cli="$1" dir="$2" out="$3"
@@ -36,7 +41,7 @@ for p in 2; do  # 3 agree too (114 numbers), 20 s more of CI
       if ($3 != what) { print "line " NR ": " what " against " $3; bad = 1; next }
       d = a - b; if (d < 0) d = -d
       m = a < 0 ? -a : a
-      if (d > 1e-5 * m + 1e-7) { printf "line %d: %s %s by hand, %s with accumulate\n", NR, what, a, b; bad = 1 } }
+      if (d > 1e-4 * m + 1e-7) { printf "line %d: %s %s by hand, %s with accumulate\n", NR, what, a, b; bad = 1 } }
     END { if (NR == 0) bad = 1; exit bad }' ||
     fail "$p processes: the two ways differ (by hand: $out/by_hand_$p.log, accumulate: $out/accumulate_$p.log)"
   echo "accumulate_modes_test: $p processes, $n numbers agree"
