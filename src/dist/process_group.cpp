@@ -606,9 +606,12 @@ PendingCollective reduce_scatter_by_exchange(
   // The lowest other rank whose contribution is received straight into
   // the result (addition commutes, so the rank order's sum is unchanged).
   const int64_t first_peer = rank == 0 ? 1 : 0;
+  // Received into `output` directly unless that would overwrite what is
+  // still to be sent or added (an output inside `flat`).
   const bool in_place = output.is_contiguous() &&
                         output.scalar_type() == flat.scalar_type() &&
-                        output.device() == flat.device();
+                        output.device() == flat.device() &&
+                        !output.storage().is_alias_of(flat.storage());
   try {
     at::Tensor target = in_place ? output : at::empty({length}, flat.options());
     std::vector<at::Tensor> received(n);  // by rank; own: undefined
@@ -855,50 +858,38 @@ PendingCollective ProcessGroup::reduce_scatter_async(
         *this, output, for_backend(*impl_, flat), boundaries);
   }
   try {
-    c10::intrusive_ptr<c10d::Work> work;
-    // What the backend writes, and where this process's part starts in it.
-    at::Tensor result;
-    int64_t from = 0;
-    std::vector<at::Tensor> inputs;  // kept alive until the work is done
-    {
-      // One flat buffer in, one out (c10d's _reduce_scatter_base), padded
-      // only where the parts differ.
-      int64_t longest = 0;
-      bool even = true;
+    // NCCL: one flat buffer in, one out (c10d's _reduce_scatter_base),
+    // padded only where the parts differ.
+    int64_t longest = 0;
+    bool even = true;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t part = boundaries[r + 1] - boundaries[r];
+      even = even && part == boundaries[1];
+      longest = std::max(longest, part);
+    }
+    at::Tensor padded = for_backend(*impl_, flat);
+    if (!even) {
+      const at::Tensor source = padded;
+      padded = at::zeros({longest * n}, source.options());
       for (int64_t r = 0; r < n; ++r) {
         const int64_t part = boundaries[r + 1] - boundaries[r];
-        even = even && part == boundaries[1];
-        longest = std::max(longest, part);
+        padded.narrow(0, r * longest, part)
+            .copy_(source.narrow(0, boundaries[r], part));
       }
-      at::Tensor padded = for_backend(*impl_, flat);
-      if (!even) {
-        const at::Tensor source = padded;
-        padded = at::zeros({longest * n}, source.options());
-        for (int64_t r = 0; r < n; ++r) {
-          const int64_t part = boundaries[r + 1] - boundaries[r];
-          padded.narrow(0, r * longest, part)
-              .copy_(source.narrow(0, boundaries[r], part));
-        }
-      }
-      result = at::empty({longest}, padded.options());
-      inputs = {padded, result};
-      work = impl_->pg->_reduce_scatter_base(result, padded);
     }
-    return PendingCollective([this,
-                              work,
-                              inputs,
-                              result,
-                              from,
-                              length,
-                              output,
-                              operation]() mutable {
-      try {
-        work->wait();
-        output.copy_(result.narrow(0, from, length));
-      } catch (...) {
-        rethrow_explained(operation);
-      }
-    });
+    at::Tensor result = at::empty({longest}, padded.options());
+    InFlight posted;
+    posted.works = {impl_->pg->_reduce_scatter_base(result, padded)};
+    posted.held = {{padded, result}};
+    return PendingCollective(
+        [this, posted, result, length, output, operation]() mutable {
+          try {
+            posted.wait();
+            output.copy_(result.narrow(0, 0, length));
+          } catch (...) {
+            rethrow_explained(operation);
+          }
+        });
   } catch (...) {
     rethrow_explained(operation);
   }

@@ -271,8 +271,8 @@ int zero_overlap() {
 // process gets its part of the sum of every process's tensor, summed in
 // rank order, with parts of different lengths (process 1's empty); two
 // issued before either is waited for, and waited for in the other order;
-// the input unchanged; bf16 summed as bf16 into an fp32 output. Then
-// all_gather_into.
+// the input unchanged; bf16 summed as bf16 into an fp32 output; the output
+// a part of the input. Then all_gather_into.
 int flat_collectives() {
   ampkit::Accelerator accelerator(base_options());
   auto& group = *accelerator.process_group();
@@ -320,6 +320,13 @@ int flat_collectives() {
   CHECK_OR_FAIL(
       out_c.equal(expected(2, torch::kBFloat16).to(torch::kFloat)),
       "the bf16 reduce_scatter's part is not the bf16 rank-order sum");
+  // In place: the output is this process's part of the input.
+  auto d = input(r, 6, torch::kFloat);
+  auto part_of_d = d.narrow(0, begin, length);
+  group.reduce_scatter(part_of_d, d, bounds);
+  CHECK_OR_FAIL(
+      part_of_d.equal(expected(6, torch::kFloat)),
+      "an in-place reduce_scatter's part is not the rank-order sum");
   // all_gather_into: every process's part in rank order, two in flight at
   // once, and bf16 (moved as bytes).
   auto gathered_a = torch::full({3 * w}, -1.0f);
