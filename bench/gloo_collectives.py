@@ -4,8 +4,9 @@
 #    (torch 2.x only) and ampkit's point-to-point reduce-scatter (each
 #    process sends the other its part and adds the part it receives);
 #  - the shard broadcast after the step: the two parts broadcast one after
-#    the other (what ampkit does), both issued at once, and as one
-#    all-gather.
+#    the other (what ampkit's ZeRO does), both issued at once, as Gloo's
+#    all-gather, and as ampkit's point-to-point gather (FSDP's: each
+#    process sends the other its part and receives the other's in place).
 # Run with torch (Debian's 1.13 or the 2.11 venv), RANK 0 and 1:
 #   for r in 0 1; do RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29711 \
 #     /usr/bin/python3 bench/gloo_collectives.py & done; wait
@@ -35,7 +36,13 @@ def broadcast_at_once():
         w.wait()
 def all_gather():
     dist.all_gather([torch.empty(n // 2), torch.empty(n // 2)], parts[rank])
-runs = [all_reduce, exchange, broadcast_in_turn, broadcast_at_once, all_gather]
+def exchange_gather():
+    works = [dist.irecv(parts[1 - rank], 1 - rank, tag=8),
+             dist.isend(parts[rank], 1 - rank, tag=8)]
+    for w in works:
+        w.wait()
+runs = [all_reduce, exchange, broadcast_in_turn, broadcast_at_once, all_gather,
+        exchange_gather]
 if int(torch.__version__.split(".")[0]) >= 2:  # 1.13's Gloo has none
     runs.insert(1, gloo_reduce_scatter)
 res = {}

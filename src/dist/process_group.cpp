@@ -543,15 +543,44 @@ at::Tensor for_backend(const ProcessGroup::Impl& im, const at::Tensor& t) {
 }
 
 // Collectives in flight: their works, and the tensors the backend reads or
-// writes, kept alive until they are done.
-struct InFlight {
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::vector<at::Tensor>> held;
+// writes, kept alive until they are done. Gloo's point-to-point transfers
+// go on after their work object is dropped, into its buffers: with
+// `keep_unfinished`, one dropped before it finished (an error path, a
+// prefetch nobody waited for) is never freed, so the transport cannot
+// write into freed memory. (NCCL's works keep their own tensors.)
+class InFlight {
+ public:
+  explicit InFlight(bool keep_unfinished = false)
+      : state_(new State, keep_unfinished ? &release_if_finished : &release) {}
+  void add(c10::intrusive_ptr<c10d::Work> work) {
+    state_->works.push_back(std::move(work));
+  }
+  void keep(std::vector<at::Tensor> tensors) {
+    state_->held.push_back(std::move(tensors));
+  }
   void wait() {
-    for (auto& work : works) {
+    for (auto& work : state_->works) {
       work->wait();
     }
   }
+
+ private:
+  struct State {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<at::Tensor>> held;
+  };
+  static void release(State* state) {
+    delete state;
+  }
+  static void release_if_finished(State* state) {
+    for (auto& work : state->works) {
+      if (!work->isCompleted()) {
+        return;  // kept on purpose (above)
+      }
+    }
+    delete state;
+  }
+  std::shared_ptr<State> state_;
 };
 
 // One point-to-point exchange on Gloo: receives[q] from process q, then
@@ -565,16 +594,16 @@ InFlight post_exchange(
     int tag,
     const std::vector<at::Tensor>& receives,
     const std::vector<at::Tensor>& sends) {
-  InFlight posted;
+  InFlight posted(/*keep_unfinished=*/true);
   auto post = [&](const at::Tensor& t, size_t peer, bool send) {
     if (!t.defined() || t.numel() == 0) {
       return;
     }
-    posted.held.push_back({t.view(at::kByte)});
-    auto& bytes = posted.held.back();
-    posted.works.push_back(
+    std::vector<at::Tensor> bytes{t.view(at::kByte)};
+    posted.add(
         send ? pg.send(bytes, static_cast<int>(peer), tag)
              : pg.recv(bytes, static_cast<int>(peer), tag));
+    posted.keep(std::move(bytes));
   };
   for (size_t q = 0; q < receives.size(); ++q) {
     post(receives[q], q, false);
@@ -740,7 +769,11 @@ PendingCollective ProcessGroup::all_gather_into_async(
   try {
     std::vector<at::Tensor> inputs{
         for_backend(*impl_, input.reshape({-1})).contiguous()};
-    const bool direct = output.device() == inputs[0].device();
+    if (impl_->backend != "nccl" && !inputs[0].is_cpu()) {
+      inputs[0] = inputs[0].cpu();  // Gloo's send/recv take host memory
+    }
+    const bool direct = output.device() == inputs[0].device() &&
+                        output.scalar_type() == inputs[0].scalar_type();
     at::Tensor target =
         direct ? output : at::empty({n * size()}, inputs[0].options());
     at::Tensor flat = target.view({-1});
@@ -754,8 +787,8 @@ PendingCollective ProcessGroup::all_gather_into_async(
     InFlight posted;
     if (impl_->backend == "nccl") {
       // One flat buffer in, one out, no list of views.
-      posted.works = {impl_->pg->_allgather_base(flat, inputs[0])};
-      posted.held = {inputs, {flat}};
+      posted.add(impl_->pg->_allgather_base(flat, inputs[0]));
+      posted.keep({inputs[0], flat});
     } else {
       // Gloo: point to point, this process's part sent to every other and
       // theirs received in place, faster than Gloo's allgather (25 MB on
@@ -770,7 +803,7 @@ PendingCollective ProcessGroup::all_gather_into_async(
       receives[rank()] = at::Tensor();
       sends[rank()] = at::Tensor();
       posted = post_exchange(*impl_->pg, kTag, receives, sends);
-      posted.held.push_back({flat});
+      posted.keep({flat});
     }
     return PendingCollective(
         [this, posted, target, output, direct, operation]() mutable {
@@ -854,8 +887,13 @@ PendingCollective ProcessGroup::reduce_scatter_async(
   check_same(*this, "reduce_scatter", flat);
   const std::string operation = "reduce_scatter";
   if (!has_reduce_scatter()) {
+    // Gloo's send/recv take host memory.
+    const at::Tensor contiguous = for_backend(*impl_, flat);
     return reduce_scatter_by_exchange(
-        *this, output, for_backend(*impl_, flat), boundaries);
+        *this,
+        output,
+        contiguous.is_cpu() ? contiguous : contiguous.cpu(),
+        boundaries);
   }
   try {
     // NCCL: one flat buffer in, one out (c10d's _reduce_scatter_base),
@@ -879,8 +917,8 @@ PendingCollective ProcessGroup::reduce_scatter_async(
     }
     at::Tensor result = at::empty({longest}, padded.options());
     InFlight posted;
-    posted.works = {impl_->pg->_reduce_scatter_base(result, padded)};
-    posted.held = {{padded, result}};
+    posted.add(impl_->pg->_reduce_scatter_base(result, padded));
+    posted.keep({padded, result});
     return PendingCollective(
         [this, posted, result, length, output, operation]() mutable {
           try {

@@ -467,12 +467,16 @@ void clear_gradients(std::vector<torch::Tensor>& parameters, bool set_to_none) {
 }
 
 void ShardedOptimizer::zero_grad(bool set_to_none) {
+  // A prepared backward whose reduce never came: the buckets it did not
+  // issue here (a gradient this process never got) are issued now, so that
+  // every process issued the same ones; all are finished and dropped before
+  // the shard's gradient is zeroed (one reduced straight into it writes
+  // there).
+  while (armed_ && next_bucket_ < buckets_.size()) {
+    launch(next_bucket_++);
+  }
   clear_gradients(params_, set_to_none);
   torch::NoGradGuard no_grad;
-  shard_grad_.zero_();
-  reduced_ = false;
-  // Buckets a prepared backward launched whose reduce never came: every
-  // process issued them, so they are finished and dropped.
   armed_ = false;
   next_bucket_ = 0;
   for (auto& b : buckets_) {
@@ -480,6 +484,8 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
     b.flat = torch::Tensor();
     b.part = torch::Tensor();
   }
+  shard_grad_.zero_();
+  reduced_ = false;
 }
 
 void ShardedOptimizer::load_resplit(

@@ -262,6 +262,16 @@ int zero_overlap() {
   CHECK_OR_FAIL(
       during.equal(after),
       "reducing during backward gave another shard gradient than after it");
+  // A prepared backward whose reduce never comes, then zero_grad: the
+  // buckets it issued are dropped and leave nothing in the shard.
+  sharded.zero_grad(true);
+  sharded.prepare_for_backward();
+  loss_of().backward();
+  sharded.zero_grad(true);
+  CHECK_OR_FAIL(
+      shard_gradient().abs().max().item<float>() == 0.0f,
+      "zero_grad after an unreduced prepared backward left bucket sums in "
+      "the shard's gradient");
   std::cout << "rank " << rank << " buckets ok" << std::endl;
   return 0;
 }
@@ -272,7 +282,8 @@ int zero_overlap() {
 // rank order, with parts of different lengths (process 1's empty); two
 // issued before either is waited for, and waited for in the other order;
 // the input unchanged; bf16 summed as bf16 into an fp32 output; the output
-// a part of the input. Then all_gather_into.
+// a part of the input. Then all_gather_into, also with a reduce_scatter in
+// flight.
 int flat_collectives() {
   ampkit::Accelerator accelerator(base_options());
   auto& group = *accelerator.process_group();
@@ -337,6 +348,25 @@ int flat_collectives() {
       gathered_b, input(r, 4, torch::kFloat).narrow(0, 2, 3));
   gathering_b.wait();
   gathering_a.wait();
+  // A reduce-scatter and a gather in flight at once (FSDP's prefetch
+  // while a unit's gradients are reduced), the gather waited for first.
+  auto e = input(r, 7, torch::kFloat);
+  auto out_e = torch::empty({length});
+  auto gathered_e = torch::empty({3 * w});
+  auto pending_e = group.reduce_scatter_async(out_e, e, bounds);
+  auto gathering_e = group.all_gather_into_async(gathered_e, e.narrow(0, 4, 3));
+  gathering_e.wait();
+  pending_e.wait();
+  CHECK_OR_FAIL(
+      out_e.equal(expected(7, torch::kFloat)),
+      "a reduce_scatter with a gather in flight is not the rank-order sum");
+  for (int64_t q = 0; q < w; ++q) {
+    CHECK_OR_FAIL(
+        gathered_e.narrow(0, 3 * q, 3)
+            .equal(input(q, 7, torch::kFloat).narrow(0, 4, 3)),
+        "a gather with a reduce_scatter in flight: process " +
+            std::to_string(q) + "'s part is not its input");
+  }
   auto gathered_c = torch::empty({3 * w}, torch::kBFloat16);
   group.all_gather_into(
       gathered_c, input(r, 5, torch::kBFloat16).narrow(0, 7, 3));
