@@ -542,6 +542,13 @@ at::Tensor for_backend(const ProcessGroup::Impl& im, const at::Tensor& t) {
   return t.contiguous();
 }
 
+// for_backend, for the point-to-point exchanges on Gloo, whose send and
+// recv take host memory: a tensor on a GPU is staged there.
+at::Tensor for_exchange(const ProcessGroup::Impl& im, const at::Tensor& t) {
+  at::Tensor ready = for_backend(im, t);
+  return ready.is_cpu() ? ready : ready.cpu();
+}
+
 // Collectives in flight: their works, and the tensors the backend reads or
 // writes, kept alive until they are done. Gloo's point-to-point transfers
 // go on after their work object is dropped, into its buffers: with
@@ -624,9 +631,9 @@ PendingCollective reduce_scatter_by_exchange(
     ProcessGroup& group,
     torch::Tensor& output,
     const at::Tensor& flat,
-    const std::vector<int64_t>& bounds) {
+    const std::vector<int64_t>& bounds,
+    const std::string& operation) {
   constexpr int kTag = 0x5253;
-  const std::string operation = "reduce_scatter";
   const int64_t n = group.size();
   const int64_t rank = group.rank();
   const int64_t begin = bounds[rank];
@@ -767,11 +774,10 @@ PendingCollective ProcessGroup::all_gather_into_async(
   check_same(*this, "gather (all_gather_into)", input);
   const std::string operation = "gather (all_gather_into)";
   try {
+    const bool nccl = impl_->backend == "nccl";
+    const at::Tensor whole = input.reshape({-1});
     std::vector<at::Tensor> inputs{
-        for_backend(*impl_, input.reshape({-1})).contiguous()};
-    if (impl_->backend != "nccl" && !inputs[0].is_cpu()) {
-      inputs[0] = inputs[0].cpu();  // Gloo's send/recv take host memory
-    }
+        nccl ? for_backend(*impl_, whole) : for_exchange(*impl_, whole)};
     const bool direct = output.device() == inputs[0].device() &&
                         output.scalar_type() == inputs[0].scalar_type();
     at::Tensor target =
@@ -785,7 +791,7 @@ PendingCollective ProcessGroup::all_gather_into_async(
       part = inputs[0].numel();
     }
     InFlight posted;
-    if (impl_->backend == "nccl") {
+    if (nccl) {
       // One flat buffer in, one out, no list of views.
       posted.add(impl_->pg->_allgather_base(flat, inputs[0]));
       posted.keep({inputs[0], flat});
@@ -803,7 +809,6 @@ PendingCollective ProcessGroup::all_gather_into_async(
       receives[rank()] = at::Tensor();
       sends[rank()] = at::Tensor();
       posted = post_exchange(*impl_->pg, kTag, receives, sends);
-      posted.keep({flat});
     }
     return PendingCollective(
         [this, posted, target, output, direct, operation]() mutable {
@@ -887,13 +892,8 @@ PendingCollective ProcessGroup::reduce_scatter_async(
   check_same(*this, "reduce_scatter", flat);
   const std::string operation = "reduce_scatter";
   if (!has_reduce_scatter()) {
-    // Gloo's send/recv take host memory.
-    const at::Tensor contiguous = for_backend(*impl_, flat);
     return reduce_scatter_by_exchange(
-        *this,
-        output,
-        contiguous.is_cpu() ? contiguous : contiguous.cpu(),
-        boundaries);
+        *this, output, for_exchange(*impl_, flat), boundaries, operation);
   }
   try {
     // NCCL: one flat buffer in, one out (c10d's _reduce_scatter_base),
