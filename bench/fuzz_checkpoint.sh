@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes ampkit's checkpoint readers (decode_safetensors and decode_manifest,
-# each with an encode/decode round trip) with libFuzzer, ASan and UBSan.
+# each with an encode/decode round trip; the torch.save pickle machine; and
+# whole torch.save files through load_torch_file) with libFuzzer, ASan,
+# UBSan and LeakSanitizer.
 # Not part of the normal build or CTest. Builds build-fuzz/checkpoint_fuzz
 # with clang++ straight from the sources, seeds build-fuzz/corpus from
 # bench/fuzz/seeds and runs for SECONDS (default 60). Prints one summary line;
@@ -48,7 +50,9 @@ flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI=1
   -fsanitize=address,undefined -fno-sanitize-recover=all
   -I"$root/include" -I"$root/src" -I"$out/include" -isystem "$torch_inc")
 sources=(src/checkpoint/safetensors.cpp src/checkpoint/checkpoint_dir.cpp
-  src/checkpoint/files.cpp src/utils/crc32c.cpp bench/fuzz/checkpoint_fuzz.cpp)
+  src/checkpoint/files.cpp src/checkpoint/pickle_machine.cpp
+  src/checkpoint/torch_pickle.cpp src/checkpoint/zip_directory.cpp
+  src/utils/crc32c.cpp bench/fuzz/checkpoint_fuzz.cpp)
 echo "== building $out/checkpoint_fuzz"
 objs=()
 for s in "${sources[@]}"; do
@@ -82,7 +86,7 @@ mode=(-print_final_stats=1)
 start=$SECONDS
 set +e
 (cd "$out" && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ./checkpoint_fuzz "${mode[@]}" -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=4096 \
+  ./checkpoint_fuzz "${mode[@]}" -max_total_time="$seconds" -max_len=16384 -rss_limit_mb=4096 \
     -timeout=10 -dict="$root/bench/fuzz/checkpoint.dict" \
     -artifact_prefix="$out/" corpus "$root/bench/fuzz/seeds") >"$out/fuzz.log" 2>&1
 rc=$?

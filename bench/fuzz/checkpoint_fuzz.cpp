@@ -1,11 +1,17 @@
 // libFuzzer target for ampkit's checkpoint readers (outside the normal build;
-// bench/fuzz_checkpoint.sh builds and runs it). The first byte picks the
-// reader, the rest is its input:
-//   even: decode_safetensors, and when it succeeds, encode_safetensors of the
-//         result decoded again must give the same names, dtypes, shapes,
-//         bytes and metadata;
-//   odd:  decode_manifest, and when it succeeds, encode_manifest decoded
-//         again must give the same manifest.
+// bench/fuzz_checkpoint.sh builds and runs it). The first byte modulo 4
+// picks the reader, the rest is its input:
+//   0: decode_safetensors, and when it succeeds, encode_safetensors of the
+//      result decoded again must give the same names, dtypes, shapes, bytes
+//      and metadata;
+//   1: decode_manifest, and when it succeeds, encode_manifest decoded again
+//      must give the same manifest;
+//   2: unpickle, the pickle machine of torch.save's data.pkl, with storages
+//      of up to 1 MiB made on demand; every tensor it returns is read whole
+//      (ASan sees any element outside its storage);
+//   3: load_torch_file of the input as a whole torch.save file (its zip
+//      directory, LibTorch's zip reader, the pickle and its storages),
+//      each tensor read whole likewise.
 // Only ampkit::IoError from the first decode is the expected answer to bad
 // input; any other exception escapes (libFuzzer reports the abort), and a
 // round-trip difference aborts with a message.
@@ -18,9 +24,14 @@
 #include <string>
 #include <string_view>
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include "ampkit/checkpoint/checkpoint_dir.h"
 #include "ampkit/checkpoint/safetensors.h"
 #include "ampkit/error.h"
+#include "checkpoint/torch_pickle.h"
 
 namespace {
 
@@ -104,6 +115,56 @@ void fuzz_manifest(std::string_view text) {
   }
 }
 
+// Every element of every tensor in `v` read (a sum), without recursing
+// deeper than the reader allows values to nest.
+void touch(const ck::PyRef& v, int depth = 0) {
+  if (depth > 100) {
+    fail("a value nested deeper than the reader's limit");
+  }
+  if (v->kind == ck::PyValue::Kind::tensor && v->tensor.numel() > 0) {
+    (void)v->tensor.to(at::kDouble).sum().item<double>();
+  }
+  for (const auto& item : v->items) {
+    touch(item, depth + 1);
+  }
+  if (v->state) {
+    touch(v->state, depth + 1);
+  }
+}
+
+void fuzz_pickle(std::string_view bytes) {
+  const std::string pickle(bytes);
+  auto storage = [](const std::string& key, at::ScalarType dtype, int64_t n) {
+    if (n * static_cast<int64_t>(c10::elementSize(dtype)) > (1 << 20)) {
+      throw ampkit::IoError("fuzz", "storage data/" + key + " is too big");
+    }
+    return at::zeros({n}, at::TensorOptions().dtype(dtype));
+  };
+  ck::PyRef value;
+  try {
+    value = ck::unpickle(pickle, "fuzz.pkl", storage);
+  } catch (const ampkit::IoError&) {
+    return;
+  }
+  touch(value);
+}
+
+void fuzz_torch_file(std::string_view bytes) {
+  static const std::string path =
+      "/tmp/ampkit_fuzz_" + std::to_string(::getpid()) + ".pt";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ck::PyRef value;
+  try {
+    value = ck::load_torch_file(path);
+  } catch (const ampkit::IoError&) {
+    return;
+  }
+  touch(value);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -112,10 +173,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string_view rest(
       reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 2 == 0) {
-    fuzz_safetensors(rest);
-  } else {
-    fuzz_manifest(rest);
+  switch (data[0] % 4) {
+    case 0:
+      fuzz_safetensors(rest);
+      break;
+    case 1:
+      fuzz_manifest(rest);
+      break;
+    case 2:
+      fuzz_pickle(rest);
+      break;
+    default:
+      fuzz_torch_file(rest);
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <tuple>
 
@@ -106,10 +107,33 @@ kind_of(torch::optim::Optimizer& opt, const std::string& path) {
   return {adamw, adam, sgd};
 }
 
+using StateKey = decltype(state_key(std::declval<const at::Tensor&>()));
+
+// An optimizer.bin read and checked, not yet applied: each group's options
+// and each parameter's state.
+struct OptimizerLoad {
+  torch::optim::Optimizer* optimizer = nullptr;
+  // Each assigns a group's new options over its own, in place (the group's
+  // options object stays the one every holder of it sees).
+  std::vector<std::function<void()>> options;
+  std::vector<
+      std::pair<StateKey, std::unique_ptr<torch::optim::OptimizerParamState>>>
+      states;
+};
+
+template <typename Options>
+std::function<void()> assign_later(
+    torch::optim::OptimizerOptions& target,
+    const torch::optim::OptimizerOptions& value) {
+  return [&to = static_cast<Options&>(target),
+          from = static_cast<const Options&>(value)] { to = from; };
+}
+
 // optimizer.bin: torch.optim's state_dict, {"state": {index: {...}},
-// "param_groups": [{..., "params": [index...]}]}, into LibTorch's Adam,
-// AdamW or SGD (the optimizers whose state both have).
-void load_optimizer(
+// "param_groups": [{..., "params": [index...]}]}, for LibTorch's Adam,
+// AdamW or SGD (the optimizers whose state both have). Nothing changes
+// until apply_optimizer.
+OptimizerLoad read_optimizer(
     torch::optim::Optimizer& opt, const PyRef& sd, const std::string& path) {
   const auto kind = kind_of(opt, path);
   auto* adamw = std::get<0>(kind);
@@ -125,11 +149,9 @@ void load_optimizer(
             std::to_string(ours.size()) +
             ". Build the optimizer with the groups it was saved with.");
   }
-  // Everything is checked and made before the optimizer changes.
-  using Key = decltype(state_key(std::declval<const at::Tensor&>()));
-  std::vector<
-      std::pair<Key, std::unique_ptr<torch::optim::OptimizerParamState>>>
-      made;
+  OptimizerLoad load;
+  load.optimizer = &opt;
+  auto& made = load.states;
   for (size_t g = 0; g < ours.size(); ++g) {
     const PyRef group = groups->items[g];
     const PyRef params = need(group, "params", path);
@@ -182,7 +204,8 @@ void load_optimizer(
   }
   for (size_t g = 0; g < ours.size(); ++g) {
     const PyRef group = groups->items[g];
-    auto& o = ours[g].options();
+    const auto copy = ours[g].options().clone();
+    auto& o = *copy;
     o.set_lr(number(need(group, "lr", path), "\"lr\"", path));
     auto n = [&](const char* key) {
       return number(
@@ -201,20 +224,34 @@ void load_optimizer(
       auto& a = static_cast<torch::optim::AdamWOptions&>(o);
       a.betas(betas()).eps(n("eps")).weight_decay(n("weight_decay"));
       a.amsgrad(flag(group, "amsgrad"));
+      load.options.push_back(
+          assign_later<torch::optim::AdamWOptions>(ours[g].options(), o));
     } else if (adam) {
       auto& a = static_cast<torch::optim::AdamOptions&>(o);
       a.betas(betas()).eps(n("eps")).weight_decay(n("weight_decay"));
       a.amsgrad(flag(group, "amsgrad"));
+      load.options.push_back(
+          assign_later<torch::optim::AdamOptions>(ours[g].options(), o));
     } else {
       auto& s = static_cast<torch::optim::SGDOptions&>(o);
       s.momentum(n("momentum"))
           .dampening(n("dampening"))
           .weight_decay(n("weight_decay"))
           .nesterov(flag(group, "nesterov"));
+      load.options.push_back(
+          assign_later<torch::optim::SGDOptions>(ours[g].options(), o));
     }
   }
+  return load;
+}
+
+void apply_optimizer(OptimizerLoad load) {
+  auto& opt = *load.optimizer;
+  for (const auto& assign : load.options) {
+    assign();
+  }
   opt.state().clear();
-  for (auto& [key, state] : made) {
+  for (auto& [key, state] : load.states) {
     opt.state()[key] = std::move(state);
   }
 }
@@ -579,9 +616,13 @@ void load_accelerate_state(
               std::to_string(i) + ": prepare the models it was saved with.");
     }
     const PyRef sd = ck::load_torch_file(bin);
+    if (sd->kind != PyValue::Kind::dict) {
+      refuse(bin, "is a " + sd->type_name() + ", not a state_dict.");
+    }
     auto& named = models.emplace_back();
     for (size_t k = 0; k + 1 < sd->items.size(); k += 2) {
-      if (sd->items[k + 1]->kind == PyValue::Kind::tensor) {
+      if (sd->items[k]->kind == PyValue::Kind::string &&
+          sd->items[k + 1]->kind == PyValue::Kind::tensor) {
         named.emplace_back(sd->items[k]->text, sd->items[k + 1]->tensor);
       }
     }
@@ -608,10 +649,11 @@ void load_accelerate_state(
   };
   check_count("optimizers", "optimizer", ".bin", st.optimizers.size());
   check_count("schedulers", "scheduler", ".bin", st.schedulers.size());
-  std::vector<PyRef> optimizers, schedulers;
+  std::vector<OptimizerLoad> optimizers;
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    optimizers.push_back(
-        ck::load_torch_file(path(indexed("optimizer", i, ".bin"))));
+    const std::string name = path(indexed("optimizer", i, ".bin"));
+    optimizers.push_back(read_optimizer(
+        *st.optimizers[i].optimizer, ck::load_torch_file(name), name));
   }
   std::vector<StateDict> scheduler_states;
   for (size_t i = 0; i < st.schedulers.size(); ++i) {
@@ -643,11 +685,32 @@ void load_accelerate_state(
     const PyRef cpu = need(states, "torch_manual_seed", rng_name);
     if (cpu->kind == PyValue::Kind::tensor) {
       rng = get_rng_state();
-      rng->cpu = cpu->tensor;
+      // Checked here, before anything is loaded: set_rng_state would refuse
+      // another state only after the weights had changed.
+      if (cpu->tensor.scalar_type() != at::kByte ||
+          cpu->tensor.numel() != rng->cpu.numel()) {
+        refuse(
+            rng_name,
+            "\"torch_manual_seed\" is " + std::to_string(cpu->tensor.numel()) +
+                " " + c10::toString(cpu->tensor.scalar_type()) +
+                " values, not the " + std::to_string(rng->cpu.numel()) +
+                " bytes of torch.get_rng_state().");
+      }
+      rng->cpu = cpu->tensor.contiguous();
       const PyRef cuda = states->get("torch_cuda_manual_seed");
       if (cuda && cuda->items.size() == rng->cuda.size()) {
         for (size_t d = 0; d < rng->cuda.size(); ++d) {
-          rng->cuda[d] = cuda->items[d]->tensor;
+          const PyRef t = cuda->items[d];
+          if (t->kind != PyValue::Kind::tensor ||
+              t->tensor.scalar_type() != at::kByte ||
+              t->tensor.numel() != rng->cuda[d].numel()) {
+            refuse(
+                rng_name,
+                "\"torch_cuda_manual_seed\" holds a " + t->type_name() +
+                    " for device " + std::to_string(d) +
+                    ", not the bytes of torch.cuda.get_rng_state().");
+          }
+          rng->cuda[d] = t->tensor.contiguous();
         }
       }
     }
@@ -657,11 +720,8 @@ void load_accelerate_state(
     ck::load_model_state(
         *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
   }
-  for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    load_optimizer(
-        *st.optimizers[i].optimizer,
-        optimizers[i],
-        path(indexed("optimizer", i, ".bin")));
+  for (auto& optimizer : optimizers) {
+    apply_optimizer(std::move(optimizer));
   }
   for (size_t i = 0; i < st.schedulers.size(); ++i) {
     st.schedulers[i]->load_state_dict(scheduler_states[i]);

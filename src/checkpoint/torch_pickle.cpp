@@ -1,18 +1,23 @@
-// The pickle machine of torch_pickle.h. Opcodes as CPython's pickle.py and
-// pickletools name them.
+// torch.save's files of torch_pickle.h: reading the zip (its directory
+// checked first) and its storages for the pickle machine
+// (pickle_machine.cpp), and writing values as torch.save does.
 #include "checkpoint/torch_pickle.h"
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <functional>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "ampkit/error.h"
+#include "checkpoint/zip_directory.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::checkpoint {
 namespace {
@@ -23,441 +28,43 @@ PyRef make(PyValue::Kind kind) {
   return v;
 }
 
-// torch.save's storage types (legacy names, which torch 2.x still writes).
-at::ScalarType storage_dtype(
-    const std::string& name, const std::string& where) {
-  static const std::map<std::string, at::ScalarType> kTypes = {
-      {"torch.FloatStorage", at::kFloat},
-      {"torch.DoubleStorage", at::kDouble},
-      {"torch.HalfStorage", at::kHalf},
-      {"torch.BFloat16Storage", at::kBFloat16},
-      {"torch.LongStorage", at::kLong},
-      {"torch.IntStorage", at::kInt},
-      {"torch.ShortStorage", at::kShort},
-      {"torch.CharStorage", at::kChar},
-      {"torch.ByteStorage", at::kByte},
-      {"torch.BoolStorage", at::kBool},
+// Every entry's claimed size checked against the file's before LibTorch's
+// reader allocates a buffer of that size: the entries' sizes, by name
+// without torch.save's "<archive>/" prefix.
+std::map<std::string, uint64_t> checked_zip_sizes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (!in || ec) {
+    throw IoError(
+        component::kAccelerator,
+        "cannot open " + path + " as a torch.save file: " +
+            (ec ? ec.message() : std::string("it cannot be read")) + ".");
+  }
+  const ReadAt read = [&](uint64_t offset, size_t n) {
+    std::string out(n, '\0');
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(out.data(), static_cast<std::streamsize>(n));
+    out.resize(
+        in ? n
+           : static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+    return out;
   };
-  auto it = kTypes.find(name);
-  if (it == kTypes.end()) {
-    throw IoError(
-        component::kAccelerator,
-        where + " holds a tensor of storage type " + name +
-            ", which ampkit does not read (it reads float, double, half, "
-            "bfloat16, int64, int32, int16, int8, uint8 and bool).");
+  std::map<std::string, uint64_t> sizes;
+  for (const ZipEntry& e : read_zip_directory(file_size, read, path)) {
+    const auto slash = e.name.find('/');
+    const std::string name =
+        slash == std::string::npos ? e.name : e.name.substr(slash + 1);
+    sizes[name] = std::max(sizes[name], e.size);
   }
-  return it->second;
+  return sizes;
 }
-
-class Machine {
- public:
-  Machine(
-      const std::string& pickle,
-      std::string where,
-      const std::function<
-          at::Tensor(const std::string&, at::ScalarType, int64_t)>& storage)
-      : p_(pickle), where_(std::move(where)), storage_(storage) {}
-
-  PyRef run() {
-    while (true) {
-      const uint8_t op = byte();
-      switch (op) {
-        case 0x80:  // PROTO
-          byte();
-          break;
-        case 0x95:  // FRAME
-          take(8);
-          break;
-        case '.':  // STOP
-          return pop();
-        case 'N':
-          push(make(PyValue::Kind::none));
-          break;
-        case 0x88:
-        case 0x89: {  // NEWTRUE, NEWFALSE
-          auto v = make(PyValue::Kind::boolean);
-          v->boolean = op == 0x88;
-          push(v);
-          break;
-        }
-        case 'K':
-          push_int(byte());
-          break;
-        case 'M':
-          push_int(little(2, false));
-          break;
-        case 'J':
-          push_int(little(4, true));
-          break;
-        case 0x8a: {  // LONG1
-          const size_t n = byte();
-          if (n > 8) {
-            bad("an integer of more than 64 bits");
-          }
-          push_int(n == 0 ? 0 : little(n, true));
-          break;
-        }
-        case 'G': {  // BINFLOAT, big-endian
-          uint64_t bits = 0;
-          for (int i = 0; i < 8; ++i) {
-            bits = bits << 8 | byte();
-          }
-          auto v = make(PyValue::Kind::floating);
-          std::memcpy(&v->floating, &bits, 8);
-          push(v);
-          break;
-        }
-        case 'X':  // BINUNICODE
-          push_text(PyValue::Kind::string, little(4, false));
-          break;
-        case 0x8c:  // SHORT_BINUNICODE
-          push_text(PyValue::Kind::string, byte());
-          break;
-        case 0x8d:  // BINUNICODE8
-          push_text(PyValue::Kind::string, little(8, false));
-          break;
-        case 'U':  // SHORT_BINSTRING
-        case 'C':  // SHORT_BINBYTES
-          push_text(PyValue::Kind::bytes, byte());
-          break;
-        case 'T':  // BINSTRING
-        case 'B':  // BINBYTES
-          push_text(PyValue::Kind::bytes, little(4, false));
-          break;
-        case ')':
-          push(make(PyValue::Kind::tuple));
-          break;
-        case ']':
-          push(make(PyValue::Kind::list));
-          break;
-        case '}':
-          push(make(PyValue::Kind::dict));
-          break;
-        case '(':  // MARK
-          marks_.push_back(stack_.size());
-          break;
-        case 't': {  // TUPLE
-          auto v = make(PyValue::Kind::tuple);
-          v->items = since_mark();
-          push(v);
-          break;
-        }
-        case 0x85:
-        case 0x86:
-        case 0x87: {  // TUPLE1..3
-          auto v = make(PyValue::Kind::tuple);
-          v->items.resize(op - 0x84);
-          for (size_t i = v->items.size(); i-- > 0;) {
-            v->items[i] = pop();
-          }
-          push(v);
-          break;
-        }
-        case 'a': {  // APPEND
-          auto item = pop();
-          container(PyValue::Kind::list)->items.push_back(item);
-          break;
-        }
-        case 'e': {  // APPENDS
-          auto items = since_mark();
-          auto& list = container(PyValue::Kind::list)->items;
-          list.insert(list.end(), items.begin(), items.end());
-          break;
-        }
-        case 's': {  // SETITEM
-          auto value = pop();
-          auto key = pop();
-          auto& dict = container(PyValue::Kind::dict)->items;
-          dict.push_back(key);
-          dict.push_back(value);
-          break;
-        }
-        case 'u': {  // SETITEMS
-          auto items = since_mark();
-          auto& dict = container(PyValue::Kind::dict)->items;
-          dict.insert(dict.end(), items.begin(), items.end());
-          break;
-        }
-        case 'c': {  // GLOBAL module\nname\n
-          const std::string module = line();
-          push_global(module + "." + line());
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          auto name = pop();
-          auto module = pop();
-          push_global(module->text + "." + name->text);
-          break;
-        }
-        case 'R': {  // REDUCE
-          auto args = pop();
-          auto callable = pop();
-          push(call(callable, args));
-          break;
-        }
-        case 0x81: {  // NEWOBJ
-          auto args = pop();
-          auto cls = pop();
-          push(call(cls, args));
-          break;
-        }
-        case 'b': {  // BUILD
-          auto state = pop();
-          top()->state = state;
-          break;
-        }
-        case 'Q': {  // BINPERSID
-          push(persistent(pop()));
-          break;
-        }
-        case 'q':
-          memo_[byte()] = top();
-          break;
-        case 'r':
-          memo_[little(4, false)] = top();
-          break;
-        case 0x94:  // MEMOIZE
-          memo_[static_cast<int64_t>(memo_.size())] = top();
-          break;
-        case 'h':
-          push(memo(byte()));
-          break;
-        case 'j':
-          push(memo(little(4, false)));
-          break;
-        default:
-          bad("the pickle opcode 0x" + hex(op));
-      }
-    }
-  }
-
- private:
-  [[noreturn]] void bad(const std::string& what) const {
-    throw IoError(
-        component::kAccelerator,
-        where_ + ": ampkit cannot read " + what + " (at byte " +
-            std::to_string(pos_) +
-            "). It reads what torch.save writes for state dicts: numbers, "
-            "strings, lists, tuples, dicts and tensors.");
-  }
-  static std::string hex(uint8_t b) {
-    const char* digits = "0123456789abcdef";
-    return {digits[b >> 4], digits[b & 15]};
-  }
-  uint8_t byte() {
-    if (pos_ >= p_.size()) {
-      bad("a pickle that ends early");
-    }
-    return static_cast<uint8_t>(p_[pos_++]);
-  }
-  std::string take(size_t n) {
-    if (n > p_.size() - pos_) {
-      bad("a pickle that ends early");
-    }
-    std::string s = p_.substr(pos_, n);
-    pos_ += n;
-    return s;
-  }
-  int64_t little(size_t n, bool is_signed) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) {
-      v |= uint64_t(byte()) << (8 * i);
-    }
-    if (is_signed && n < 8 && (v >> (8 * n - 1) & 1)) {
-      v |= ~uint64_t(0) << (8 * n);  // sign-extend
-    }
-    return static_cast<int64_t>(v);
-  }
-  std::string line() {
-    const auto end = p_.find('\n', pos_);
-    if (end == std::string::npos) {
-      bad("a GLOBAL without its name");
-    }
-    std::string s = p_.substr(pos_, end - pos_);
-    pos_ = end + 1;
-    return s;
-  }
-  void push(PyRef v) {
-    stack_.push_back(std::move(v));
-  }
-  void push_int(int64_t i) {
-    auto v = make(PyValue::Kind::integer);
-    v->integer = i;
-    push(v);
-  }
-  void push_text(PyValue::Kind kind, int64_t n) {
-    auto v = make(kind);
-    v->text = take(static_cast<size_t>(n));
-    push(v);
-  }
-  void push_global(const std::string& name) {
-    auto v = make(PyValue::Kind::global);
-    v->text = name;
-    push(v);
-  }
-  PyRef pop() {
-    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) {
-      bad("a pickle whose stack runs empty");
-    }
-    auto v = stack_.back();
-    stack_.pop_back();
-    return v;
-  }
-  PyRef top() {
-    if (stack_.empty()) {
-      bad("a pickle whose stack runs empty");
-    }
-    return stack_.back();
-  }
-  std::vector<PyRef> since_mark() {
-    if (marks_.empty()) {
-      bad("a pickle without its MARK");
-    }
-    const size_t mark = marks_.back();
-    marks_.pop_back();
-    std::vector<PyRef> items(stack_.begin() + mark, stack_.end());
-    stack_.resize(mark);
-    return items;
-  }
-  // The list or dict APPEND/SETITEM adds to; OrderedDict() counts as one.
-  PyRef container(PyValue::Kind kind) {
-    auto c = top();
-    if (c->kind == PyValue::Kind::call &&
-        c->items[0]->text == "collections.OrderedDict") {
-      c->kind = PyValue::Kind::dict;
-      c->items.clear();
-    }
-    if (c->kind != kind) {
-      bad(std::string("an item added to a ") + c->type_name());
-    }
-    return c;
-  }
-  PyRef memo(int64_t key) {
-    auto it = memo_.find(key);
-    if (it == memo_.end()) {
-      bad("a memo reference to nothing");
-    }
-    return it->second;
-  }
-  PyRef call(const PyRef& callable, const PyRef& args) {
-    if (callable->kind == PyValue::Kind::global &&
-        callable->text == "torch._utils._rebuild_tensor_v2") {
-      return rebuild_tensor(args);
-    }
-    if (callable->kind == PyValue::Kind::global &&
-        callable->text == "collections.OrderedDict" && args->items.empty()) {
-      return make(PyValue::Kind::dict);
-    }
-    auto v = make(PyValue::Kind::call);
-    v->items = {callable, args};
-    return v;
-  }
-  // ('storage', torch.FloatStorage, key, location, numel).
-  PyRef persistent(const PyRef& id) {
-    if (id->kind != PyValue::Kind::tuple || id->items.size() < 5 ||
-        id->items[0]->text != "storage") {
-      bad("a persistent id other than a tensor storage");
-    }
-    auto v = make(PyValue::Kind::tensor);
-    v->tensor = storage_(
-        id->items[2]->text,
-        storage_dtype(id->items[1]->text, where_),
-        id->items[4]->integer);
-    return v;
-  }
-  // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks).
-  PyRef rebuild_tensor(const PyRef& args) {
-    if (args->items.size() < 4 ||
-        args->items[0]->kind != PyValue::Kind::tensor) {
-      bad("a tensor rebuilt from other than a storage");
-    }
-    auto ints = [&](const PyRef& t) {
-      std::vector<int64_t> out;
-      for (const auto& i : t->items) {
-        out.push_back(i->integer);
-      }
-      return out;
-    };
-    auto v = make(PyValue::Kind::tensor);
-    v->tensor = args->items[0]
-                    ->tensor
-                    .as_strided(
-                        ints(args->items[2]),
-                        ints(args->items[3]),
-                        args->items[1]->integer)
-                    .clone();
-    return v;
-  }
-
-  const std::string& p_;
-  std::string where_;
-  const std::function<at::Tensor(const std::string&, at::ScalarType, int64_t)>&
-      storage_;
-  size_t pos_ = 0;
-  std::vector<PyRef> stack_;
-  std::vector<size_t> marks_;
-  std::map<int64_t, PyRef> memo_;
-};
 
 }  // namespace
 
-PyRef PyValue::get(const std::string& key) const {
-  for (size_t i = 0; i + 1 < items.size(); i += 2) {
-    if (items[i]->kind == Kind::string && items[i]->text == key) {
-      return items[i + 1];
-    }
-  }
-  return nullptr;
-}
-
-PyRef PyValue::get(int64_t key) const {
-  for (size_t i = 0; i + 1 < items.size(); i += 2) {
-    if (items[i]->kind == Kind::integer && items[i]->integer == key) {
-      return items[i + 1];
-    }
-  }
-  return nullptr;
-}
-
-std::string PyValue::type_name() const {
-  switch (kind) {
-    case Kind::none:
-      return "None";
-    case Kind::boolean:
-      return "bool";
-    case Kind::integer:
-      return "int";
-    case Kind::floating:
-      return "float";
-    case Kind::string:
-      return "str";
-    case Kind::bytes:
-      return "bytes";
-    case Kind::list:
-      return "list";
-    case Kind::tuple:
-      return "tuple";
-    case Kind::dict:
-      return "dict";
-    case Kind::global:
-      return text;
-    case Kind::call:
-      return items[0]->text + "(...)";
-    case Kind::tensor:
-      return "tensor";
-  }
-  return "?";
-}
-
-PyRef unpickle(
-    const std::string& pickle,
-    const std::string& where,
-    const std::function<
-        at::Tensor(const std::string&, at::ScalarType, int64_t)>& storage) {
-  return Machine(pickle, where, storage).run();
-}
-
 PyRef load_torch_file(const std::string& path) {
+  const std::map<std::string, uint64_t> sizes = checked_zip_sizes(path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   std::string pickle;
   try {
@@ -472,16 +79,42 @@ PyRef load_torch_file(const std::string& path) {
             ". Save it with torch.save (PyTorch 1.6 or later).");
   }
   auto storage = [&](const std::string& key, at::ScalarType dtype, int64_t n) {
+    // n * itemsize is known not to overflow (the machine checked it).
+    const uint64_t bytes = static_cast<uint64_t>(n) * c10::elementSize(dtype);
+    const auto claimed = sizes.find("data/" + key);
+    if (claimed == sizes.end() || claimed->second != bytes) {
+      throw IoError(
+          component::kAccelerator,
+          ampkit::detail::str(
+              path,
+              ": storage data/",
+              key,
+              claimed == sizes.end()
+                  ? std::string(" is missing")
+                  : ampkit::detail::str(" holds ", claimed->second, " bytes"),
+              ", its header says ",
+              bytes,
+              ". The file is damaged; save it again with torch.save."));
+    }
+    auto t = at::empty({n}, at::TensorOptions().dtype(dtype));
+    if (bytes == 0) {
+      return t;
+    }
     try {
       auto [data, size] = reader->getRecord("data/" + key);
-      const int64_t bytes = n * static_cast<int64_t>(c10::elementSize(dtype));
-      if (static_cast<int64_t>(size) != bytes) {
+      if (size != bytes) {
         throw IoError(
             component::kAccelerator,
-            path + ": storage data/" + key + " holds " + std::to_string(size) +
-                " bytes, its header says " + std::to_string(bytes) + ".");
+            ampkit::detail::str(
+                path,
+                ": storage data/",
+                key,
+                " holds ",
+                size,
+                " bytes, its header says ",
+                bytes,
+                "."));
       }
-      auto t = at::empty({n}, at::TensorOptions().dtype(dtype));
       std::memcpy(t.data_ptr(), data.get(), size);
       return t;
     } catch (const c10::Error& e) {
@@ -541,33 +174,15 @@ PyRef py_tensor(const at::Tensor& t) {
 namespace {
 
 std::string storage_name(at::ScalarType dtype, const std::string& path) {
-  switch (dtype) {
-    case at::kFloat:
-      return "FloatStorage";
-    case at::kDouble:
-      return "DoubleStorage";
-    case at::kHalf:
-      return "HalfStorage";
-    case at::kBFloat16:
-      return "BFloat16Storage";
-    case at::kLong:
-      return "LongStorage";
-    case at::kInt:
-      return "IntStorage";
-    case at::kShort:
-      return "ShortStorage";
-    case at::kChar:
-      return "CharStorage";
-    case at::kByte:
-      return "ByteStorage";
-    case at::kBool:
-      return "BoolStorage";
-    default:
-      throw InvalidArgument(
-          component::kAccelerator,
-          path + ": cannot write a tensor of dtype " +
-              std::string(c10::toString(dtype)) + " for torch.load.");
+  for (const auto& [type, t] : storage_types()) {
+    if (t == dtype) {
+      return type.substr(type.find('.') + 1);  // torch.<Type>Storage
+    }
   }
+  throw InvalidArgument(
+      component::kAccelerator,
+      path + ": cannot write a tensor of dtype " +
+          std::string(c10::toString(dtype)) + " for torch.load.");
 }
 
 class Writer {

@@ -2,10 +2,12 @@
 // tensors' storages under data/), for checkpoints of accelerate's layout.
 // LibTorch's own unpickler reads only the subset TorchScript writes (no
 // APPEND, no integers over 8 bytes, no globals it does not know), so this
-// is a small pickle machine of its own: protocol 2 to 5's opcodes for
-// None, bools, integers, floats, strings, bytes, lists, tuples and dicts,
-// globals and calls kept as they are (a NumPy array stays an opaque call),
-// and torch tensors rebuilt from their storages.
+// is a small pickle machine of its own (pickle_machine.cpp): protocol 2 to
+// 5's opcodes for None, bools, integers, floats, strings, bytes, lists,
+// tuples and dicts, torch tensors rebuilt from their storages, and only the
+// globals torch.save writes for them (NumPy's random state stays an opaque
+// call). Checkpoints come from elsewhere: every malformed or hostile file is
+// an ampkit::IoError naming it, never a crash, a leak or a huge allocation.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ampkit::checkpoint {
@@ -32,10 +35,11 @@ struct PyValue {
     bytes,
     list,
     tuple,
-    dict,    // items: key, value, key, value...
-    global,  // text: "module.name"
-    call,    // items: the callable, its arguments; state: what BUILD set
-    tensor,
+    dict,     // items: key, value, key, value...
+    global,   // text: "module.name"
+    call,     // items: the callable, its arguments; state: what BUILD set
+    storage,  // tensor: a persistent id's storage, 1-D, before a view of it
+    tensor,   // tensor: a view of a storage (shared, as torch.load shares)
   };
   Kind kind = Kind::none;
   bool boolean = false;
@@ -59,13 +63,21 @@ struct PyValue {
 /// opcode or global this reader does not handle.
 PyRef load_torch_file(const std::string& path);
 
-/// Unpickles `pickle` alone; `storage(key, dtype, numel)` gives the tensor
-/// storage a persistent id names (torch.save's data/<key>).
+/// The tensor storage a persistent id names (torch.save's data/<key>): a
+/// 1-D contiguous tensor of `numel` elements of `dtype`, called once per
+/// key. It throws ampkit::IoError where the file has no such storage.
+using StorageFn =
+    std::function<at::Tensor(const std::string& key, at::ScalarType, int64_t)>;
+
+/// Unpickles `pickle` alone (`where` names it in messages), taking tensor
+/// storages from `storage`.
 PyRef unpickle(
     const std::string& pickle,
     const std::string& where,
-    const std::function<
-        at::Tensor(const std::string&, at::ScalarType, int64_t)>& storage);
+    const StorageFn& storage);
+
+/// torch.save's storage type names ("torch.FloatStorage") and their dtypes.
+const std::vector<std::pair<std::string, at::ScalarType>>& storage_types();
 
 /// Values to write.
 PyRef py_none();

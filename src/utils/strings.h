@@ -86,4 +86,14 @@ inline std::optional<double> parse_double(std::string_view text) {
   return value;
 }
 
+/// Every argument streamed into one string, as c10::str does: one-line
+/// messages (`str("got ", n, " bytes")`) instead of std::to_string chains.
+/// An int8_t or uint8_t prints as a character; cast it to int first.
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
 }  // namespace ampkit::detail

@@ -1,6 +1,9 @@
 // torch.save's format, written and read back by ampkit's own pickle code
-// (checkpoint/torch_pickle.h); Python's torch.load reading it is
+// (checkpoint/torch_pickle.h), and hostile files (issue 45) that must each
+// be an ampkit error naming the file, in the reader and through
+// load_state; Python's torch.load reading it is
 // crosscheck_accelerate_checkpoint's part.
+#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -8,13 +11,17 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "ampkit/accelerator/accelerator.h"
 #include "ampkit/error.h"
 #include "checkpoint/torch_pickle.h"
 #include "test_util.h"
 
 namespace ampkit::checkpoint {
 namespace {
+
+using namespace std::string_literals;  // pickles hold NUL bytes
 
 class TorchPickleTest : public ::testing::Test {
  protected:
@@ -106,6 +113,266 @@ TEST_F(TorchPickleTest, WhatIsNotTorchSaveIsAnIoErrorNamingTheFile) {
       unpickle(std::string("\x80\x02I1\n.", 6), "int.pkl", storage),
       IoError,
       "the pickle opcode 0x49");
+}
+
+TEST_F(TorchPickleTest, EmptyTensorsLoadWithTheirShape) {
+  const auto path = (dir_ / "empty.bin").string();
+  save_torch_file(
+      path,
+      py_dict(
+          {py_str("none"),
+           py_tensor(torch::zeros({0, 3})),
+           py_str("one"),
+           py_tensor(torch::ones({2, 2}))}));
+  const PyRef back = load_torch_file(path);
+  EXPECT_EQ(back->get("none")->tensor.sizes(), torch::IntArrayRef({0, 3}));
+  EXPECT_TRUE(back->get("one")->tensor.equal(torch::ones({2, 2})));
+}
+
+// The fuzzer's seeds (bench/fuzz/make_torch_seeds.py): real torch.save
+// files of torch 1.13 and 2.11 (a model's, an optimizer's, a scheduler's
+// and a GradScaler's state dicts, accelerate's random states with NumPy's)
+// load whole, and their data.pkl alone, after the selector byte.
+TEST_F(TorchPickleTest, RealTorchSaveFilesOfBothVersionsLoad) {
+  int files = 0;
+  for (const auto& seed :
+       std::filesystem::directory_iterator(AMPKIT_FUZZ_SEEDS)) {
+    const std::string name = seed.path().filename().string();
+    if (name.rfind("torch", 0) != 0) {
+      continue;
+    }
+    SCOPED_TRACE(name);
+    const std::string bytes =
+        ampkit::testing_util::read_file(seed.path()).substr(1);
+    PyRef value;
+    if (name.size() > 3 && name.compare(name.size() - 3, 3, "_pt") == 0) {
+      const auto path = (dir_ / name).string();
+      std::ofstream(path, std::ios::binary) << bytes;
+      ASSERT_NO_THROW(value = load_torch_file(path));
+      ++files;
+    } else {
+      auto zeros = [](const std::string&, at::ScalarType dtype, int64_t n) {
+        return torch::zeros({n}, torch::dtype(dtype));
+      };
+      ASSERT_NO_THROW(value = unpickle(bytes, name, zeros));
+    }
+    ASSERT_EQ(value->kind, PyValue::Kind::dict);
+    if (name.find("optimizer_pt") != std::string::npos) {
+      const PyRef state = value->get("state")->get(int64_t{0});
+      ASSERT_NE(state, nullptr);
+      EXPECT_EQ(state->get("exp_avg")->kind, PyValue::Kind::tensor);
+    }
+    if (name.find("random_states_pt") != std::string::npos) {
+      EXPECT_EQ(value->get("torch_manual_seed")->tensor.numel(), 16);
+      EXPECT_EQ(value->get("numpy_random_seed")->kind, PyValue::Kind::tuple);
+    }
+  }
+  EXPECT_EQ(files, 12);  // six state dicts of each version
+}
+
+// Pickle opcodes as torch.save writes them, for hand-made hostile files.
+std::string long8(int64_t v) {  // LONG1 of 8 bytes: any int64
+  std::string s = "\x8a\x08";
+  for (int i = 0; i < 8; ++i) {
+    s += static_cast<char>(static_cast<uint64_t>(v) >> (8 * i) & 0xff);
+  }
+  return s;
+}
+std::string unicode(const std::string& text) {  // BINUNICODE
+  std::string s = "X";
+  for (int i = 0; i < 4; ++i) {
+    s += static_cast<char>(text.size() >> (8 * i) & 0xff);
+  }
+  return s + text;
+}
+std::string int_tuple(const std::vector<int64_t>& values) {
+  std::string s = "(";
+  for (int64_t v : values) {
+    s += long8(v);
+  }
+  return s + "t";
+}
+// _rebuild_tensor_v2(('storage', torch.FloatStorage, '0', 'cpu', numel),
+// offset, sizes, strides, False, OrderedDict()), as a whole pickle.
+std::string tensor_pickle(
+    int64_t numel,
+    int64_t offset,
+    const std::vector<int64_t>& sizes,
+    const std::vector<int64_t>& strides) {
+  return "\x80\x02"
+         "ctorch._utils\n_rebuild_tensor_v2\n((" +
+         unicode("storage") + "ctorch\nFloatStorage\n" + unicode("0") +
+         unicode("cpu") + long8(numel) + "tQ" + long8(offset) +
+         int_tuple(sizes) + int_tuple(strides) +
+         "\x89"
+         "ccollections\nOrderedDict\n)RtR.";
+}
+
+// A zip as torch.save writes it, with `pickle` as data.pkl and 16 bytes
+// (four floats) as the storage data/0.
+void write_torch_zip(const std::string& path, const std::string& pickle) {
+  caffe2::serialize::PyTorchStreamWriter zip(path);
+  zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+  const float storage[4] = {1, 2, 3, 4};
+  zip.writeRecord("data/0", storage, sizeof(storage));
+  zip.writeEndOfFile();
+}
+
+struct Hostile {
+  std::string name;
+  std::string pickle;  // empty: hostile_zip writes the file
+  std::string message;
+};
+
+// Each hostile file the issue lists, with what the refusal says.
+std::vector<Hostile> hostile_files() {
+  const int64_t kBig = (int64_t(1) << 62) + (int64_t(1) << 61);
+  return {
+      {"offset_overflow",
+       tensor_pickle(4, kBig, {1}, {1}),
+       "reaches element 6917529027641081856 of a storage of 4"},
+      {"size_beyond_storage",
+       tensor_pickle(4, 0, {5}, {1}),
+       "reaches element 4 of a storage of 4"},
+      {"stride_beyond_storage",
+       tensor_pickle(4, 2, {2}, {2}),
+       "reaches element 4 of a storage of 4"},
+      {"sizes_and_strides_differ",
+       tensor_pickle(4, 0, {2, 2}, {1}),
+       "has 2 sizes but 1 strides"},
+      {"negative_stride",
+       tensor_pickle(4, 3, {2}, {-1}),
+       "strides other than integers of 0 or more (-1)"},
+      {"negative_size",
+       tensor_pickle(4, 0, {-2}, {1}),
+       "sizes other than integers of 0 or more (-2)"},
+      {"numel_overflow",
+       tensor_pickle(4, 0, {int64_t(1) << 32, int64_t(1) << 32}, {0, 0}),
+       "has more elements than an int64 counts"},
+      {"stride_zero_4_4_terabytes",
+       tensor_pickle(4, 0, {int64_t(1) << 40}, {0}),
+       "of 1099511627776 elements repeats those of its storage of 4"},
+      {"stride_zero_that_fits",
+       tensor_pickle(4, 0, {100000000}, {0}),
+       "repeats those of its storage"},
+      {"storage_bytes_overflow",
+       tensor_pickle(int64_t(1) << 62, 0, {1}, {1}),
+       "names the storage data/0 of 4611686018427387904 elements"},
+      {"storage_bigger_than_its_record",
+       tensor_pickle(5, 0, {5}, {1}),
+       "storage data/0 holds 16 bytes, its header says 20"},
+      {"nested_lists",
+       "\x80\x02" + std::string(100000, ']') + std::string(99999, 'a') + ".",
+       "values nested more than 64 deep"},
+      {"nested_tuples",
+       "\x80\x02)" + std::string(100000, '\x85') + ".",
+       "values nested more than 64 deep"},
+      {"list_appended_to_itself",
+       "\x80\x02]q\x00h\x00"
+       "a."s,
+       "a list that holds itself"},
+      {"cycle_through_a_tuple",
+       "\x80\x02]q\x00h\x00\x85"
+       "a."s,
+       "a list changed after it was put inside another value"},
+      {"build_sets_itself",
+       "\x80\x02]q\x00h\x00"
+       "b."s,
+       "a list that holds itself"},
+      {"os_system",
+       "\x80\x02"
+       "cposix\nsystem\n(" +
+           unicode("id") + "tR.",
+       "the global posix.system, which torch.save does not write"},
+      {"zip_claims_4_gib", "", "claims 4294967294 bytes, more than the whole"},
+  };
+}
+
+// A valid torch.save file whose directory claims a 4 GiB data.pkl.
+void write_hostile(const std::string& path, const Hostile& h) {
+  if (!h.pickle.empty()) {
+    write_torch_zip(path, h.pickle);
+    return;
+  }
+  save_torch_file(path, py_dict({py_str("x"), py_int(1)}));
+  std::string bytes = ampkit::testing_util::read_file(path);
+  size_t at = 0;
+  while ((at = bytes.find("PK\x01\x02", at)) != std::string::npos) {
+    const size_t name_len = static_cast<uint8_t>(bytes[at + 28]) |
+                            static_cast<uint8_t>(bytes[at + 29]) << 8;
+    if (bytes.compare(at + 46 + name_len - 8, 8, "data.pkl") == 0) {
+      bytes.replace(at + 24, 4, "\xfe\xff\xff\xff");
+      break;
+    }
+    at += 4;
+  }
+  ASSERT_NE(at, std::string::npos) << "no data.pkl in " << path;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST_F(TorchPickleTest, HostileFilesAreIoErrorsNamingTheFile) {
+  for (const Hostile& h : hostile_files()) {
+    SCOPED_TRACE(h.name);
+    const auto path = (dir_ / (h.name + ".bin")).string();
+    write_hostile(path, h);
+    AMPKIT_EXPECT_THROWS_WITH(load_torch_file(path), IoError, path);
+    AMPKIT_EXPECT_THROWS_WITH(load_torch_file(path), IoError, h.message);
+  }
+}
+
+TEST_F(TorchPickleTest, ATensorIsAViewOfItsStorageWithinBounds) {
+  const auto path = (dir_ / "view.bin").string();
+  write_torch_zip(path, tensor_pickle(4, 1, {3}, {1}));
+  const PyRef t = load_torch_file(path);
+  ASSERT_EQ(t->kind, PyValue::Kind::tensor);
+  EXPECT_TRUE(t->tensor.equal(torch::tensor({2.0f, 3.0f, 4.0f})));
+  write_torch_zip(path, tensor_pickle(4, 0, {2, 2}, {1, 2}));
+  EXPECT_TRUE(load_torch_file(path)->tensor.equal(
+      torch::tensor({1.0f, 3.0f, 2.0f, 4.0f}).reshape({2, 2})));
+}
+
+TEST_F(TorchPickleTest, LoadStateRefusesHostileFilesAndChangesNothing) {
+  torch::nn::Linear lin(4, 1);
+  torch::optim::SGD sgd(
+      lin->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  ampkit::Accelerator acc(ampkit::AcceleratorOptions().cpu(true).quiet(true));
+  auto [model, opt] = acc.prepare(lin, sgd);
+  lin(torch::ones({2, 4})).sum().backward();
+  opt.step();
+  const auto dir = (dir_ / "accelerate").string();
+  acc.save_state(dir, ampkit::SaveFormat::accelerate);
+  {
+    torch::NoGradGuard no_grad;
+    lin->weight.fill_(7);
+  }
+  const double lr = sgd.param_groups()[0].options().get_lr();
+  std::filesystem::copy_file(dir + "/optimizer.bin", dir + "/kept.bin");
+  for (const Hostile& h : hostile_files()) {
+    SCOPED_TRACE(h.name);
+    std::filesystem::copy_file(
+        dir + "/kept.bin",
+        dir + "/optimizer.bin",
+        std::filesystem::copy_options::overwrite_existing);
+    write_hostile(dir + "/optimizer.bin", h);
+    AMPKIT_EXPECT_THROWS_WITH(
+        acc.load_state(dir), ampkit::Error, dir + "/optimizer.bin");
+    EXPECT_TRUE(lin->weight.eq(7).all().item<bool>());
+    EXPECT_EQ(sgd.param_groups()[0].options().get_lr(), lr);
+  }
+  // The weights as pytorch_model.bin, hostile too.
+  std::filesystem::copy_file(
+      dir + "/kept.bin",
+      dir + "/optimizer.bin",
+      std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::remove(dir + "/kept.bin");
+  std::filesystem::remove(dir + "/model.safetensors");
+  for (const Hostile& h : hostile_files()) {
+    SCOPED_TRACE(h.name);
+    write_hostile(dir + "/pytorch_model.bin", h);
+    AMPKIT_EXPECT_THROWS_WITH(
+        acc.load_state(dir), ampkit::Error, dir + "/pytorch_model.bin");
+    EXPECT_TRUE(lin->weight.eq(7).all().item<bool>());
+  }
 }
 
 }  // namespace
