@@ -537,7 +537,7 @@ void save_accelerate_state(
     for (size_t i = 0; i < st.models.size(); ++i) {
       ck::save_safetensors(
           path(indexed("model", i, ".safetensors")),
-          ck::model_state(*st.models[i]),
+          ck::model_state(*st.models[i].module),
           {{"format", "pt"}});
     }
     for (size_t i = 0; i < st.optimizers.size(); ++i) {
@@ -588,8 +588,8 @@ void load_accelerate_state(
   auto path = [&](const std::string& name) {
     return (fs::path(dir) / name).string();
   };
-  for (const auto& f : st.fsdp) {
-    if (f) {
+  for (const auto& model : st.models) {
+    if (model.fsdp) {
       throw UsageError(
           component::kAccelerator,
           "load_state of accelerate's folder " + dir +
@@ -647,6 +647,14 @@ void load_accelerate_state(
               ". Prepare the same objects as the run that saved it.");
     }
   };
+  // The weights against the models first: a folder of another model is
+  // refused naming the tensor that differs, before its optimizer is read.
+  for (size_t i = 0; i < st.models.size(); ++i) {
+    ck::check_model_state(
+        *st.models[i].module,
+        models[i],
+        path(indexed("model", i, ".safetensors")));
+  }
   check_count("optimizers", "optimizer", ".bin", st.optimizers.size());
   check_count("schedulers", "scheduler", ".bin", st.schedulers.size());
   std::vector<OptimizerLoad> optimizers;
@@ -718,7 +726,9 @@ void load_accelerate_state(
 
   for (size_t i = 0; i < st.models.size(); ++i) {
     ck::load_model_state(
-        *st.models[i], models[i], path(indexed("model", i, ".safetensors")));
+        *st.models[i].module,
+        models[i],
+        path(indexed("model", i, ".safetensors")));
   }
   for (auto& optimizer : optimizers) {
     apply_optimizer(std::move(optimizer));

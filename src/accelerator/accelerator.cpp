@@ -197,7 +197,7 @@ bool is_distributed(const AcceleratorState& state) {
 bool prepared_here(
     const AcceleratorState& state, const torch::nn::Module& module) {
   return std::any_of(state.models.begin(), state.models.end(), [&](auto& m) {
-    return m.get() == &module;
+    return m.module.get() == &module;
   });
 }
 
@@ -213,13 +213,8 @@ void check_not_released(
 }
 
 void before_forward(AcceleratorState& state, const torch::nn::Module& module) {
-  if (auto* sync = state.synchronizer_for(&module)) {
-    sync->before_forward(state.synchronising());
-  }
-  if (auto* fsdp = state.fsdp_for(&module)) {
-    state.collective("FSDP parameter all-gather", [&] {
-      fsdp->before_forward(state.synchronising());
-    });
+  if (auto* model = state.model_entry(&module)) {
+    state.strategy->before_forward(state, *model);
   }
 }
 
@@ -227,31 +222,36 @@ void after_forward(
     AcceleratorState& state,
     const torch::nn::Module& module,
     const std::vector<torch::Tensor>& outputs) {
-  if (auto* sync = state.synchronizer_for(&module)) {
-    sync->after_forward(outputs, state.synchronising());
-  }
-  if (auto* fsdp = state.fsdp_for(&module)) {
-    if (!torch::GradMode::is_enabled()) {
-      fsdp->after_forward_without_grad();  // no backward will free them
-    }
+  if (auto* model = state.model_entry(&module)) {
+    state.strategy->after_forward(state, *model, outputs);
   }
 }
 
-dist::GradientSynchronizer* AcceleratorState::synchronizer_for(
-    const torch::nn::Module* m) {
-  for (size_t i = 0; i < models.size() && i < synchronizers.size(); ++i) {
-    if (models[i].get() == m) {
-      return synchronizers[i].get();
+ModelEntry* AcceleratorState::model_entry(const torch::nn::Module* m) {
+  for (auto& model : models) {
+    if (model.module.get() == m) {
+      return &model;
     }
   }
   return nullptr;
 }
 
+std::vector<std::shared_ptr<torch::nn::Module>> AcceleratorState::modules()
+    const {
+  std::vector<std::shared_ptr<torch::nn::Module>> out;
+  out.reserve(models.size());
+  for (const auto& model : models) {
+    out.push_back(model.module);
+  }
+  return out;
+}
+
 void rethrow_forward_failure(
     AcceleratorState& state, const torch::nn::Module& module) {
-  auto* fsdp = state.fsdp_for(&module);
-  const auto missing =
-      fsdp != nullptr ? fsdp->units_not_entered() : std::vector<std::string>();
+  auto* model = state.model_entry(&module);
+  const auto missing = model != nullptr
+                           ? state.strategy->units_not_entered(*model)
+                           : std::vector<std::string>();
   if (missing.empty()) {
     diag::rethrow_with_hint();
   }
@@ -274,16 +274,6 @@ void rethrow_forward_failure(
           " through it when it failed. Call each unit in its parent's "
           "forward as x = ampkit::dist::fsdp_forward(*unit, x); instead of "
           "unit->forward(x).");
-}
-
-dist::FullyShardedModel* AcceleratorState::fsdp_for(
-    const torch::nn::Module* m) {
-  for (size_t i = 0; i < models.size() && i < fsdp.size(); ++i) {
-    if (models[i].get() == m) {
-      return fsdp[i].get();
-    }
-  }
-  return nullptr;
 }
 
 c10::Device device(const AcceleratorState& state) {
@@ -381,6 +371,7 @@ Accelerator::Accelerator(AcceleratorOptions options)
     st.options.rows.push_back(
         {"network", st.group->network(), "process group"});
   }
+  st.strategy = detail::make_strategy(st.options, st.group != nullptr);
   if (r.seed) {
     set_seed(*r.seed);
   }
@@ -503,7 +494,7 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
       lay_out(b);
     }
   }
-  st.models.push_back(module);
+  st.models.push_back(detail::ModelEntry{module, nullptr, nullptr});
   // Names by module path; a second model's are prefixed to stay unique.
   const std::string prefix =
       st.models.size() == 1
@@ -517,74 +508,7 @@ std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
   if (st.scaler) {
     st.scaler->register_parameter_names(named);
   }
-  if (st.options.fsdp) {
-    // FSDP shards the model instead of DDP's synchronizer. Under mixed
-    // precision, as accelerate's FSDP plugin does (MixedPrecision with
-    // param_dtype and reduce_dtype the low precision): units are gathered
-    // and their gradients reduced in bf16/fp16, the shards stay fp32.
-    dist::FsdpOptions fsdp = *st.options.fsdp;
-    std::string reduce_note;
-    if (st.autocast && st.autocast->enabled() && !fsdp.param_dtype() &&
-        fsdp.strategy() != dist::ShardingStrategy::no_shard) {
-      const auto low = st.autocast->dtype();
-      fsdp.param_dtype(low);
-      if (!fsdp.reduce_dtype() && st.group && !st.group->can_sum(low)) {
-        // Gloo in LibTorch 1.13 has no bf16 sum: the gradients are
-        // reduced in fp32 (gathers still move bf16, as bytes).
-        reduce_note = std::string(", reduced in Float (") +
-                      st.group->backend() + " in this LibTorch cannot sum " +
-                      c10::toString(low) + ")";
-      } else if (!fsdp.reduce_dtype()) {
-        fsdp.reduce_dtype(low);
-      }
-    }
-    st.fsdp.push_back(st.collective("FSDP sharding of the model", [&] {
-      return std::make_shared<dist::FullyShardedModel>(module, st.group, fsdp);
-    }));
-    st.synchronizers.push_back(nullptr);
-    if (is_main_process() && !st.options.quiet) {
-      const auto names = st.fsdp.back()->unit_names();
-      std::cerr << "ampkit: FSDP "
-                << dist::to_string(st.options.fsdp->strategy()) << ", "
-                << names.size() - 1 << " unit(s) and the root"
-                << (fsdp.param_dtype() ? std::string(", gathered in ") +
-                                             c10::toString(*fsdp.param_dtype())
-                                       : std::string())
-                << (fsdp.reduce_dtype()
-                        ? std::string(", reduced in ") +
-                              c10::toString(*fsdp.reduce_dtype())
-                        : std::string())
-                << reduce_note
-                << (st.options.fsdp->activation_checkpointing()
-                        ? ", activation checkpointing"
-                        : "")
-                << "\n";
-    }
-  } else if (st.group) {
-    st.fsdp.push_back(nullptr);
-    std::vector<std::pair<std::string, torch::Tensor>> params;
-    for (const auto& item : module->named_parameters()) {
-      params.emplace_back(item.key(), item.value());
-    }
-    const auto& r = st.options;
-    std::optional<torch::Dtype> compression;
-    if (r.gradient_compression != Precision::no) {
-      compression = to_dtype(r.gradient_compression);
-    }
-    st.synchronizers.push_back(std::make_unique<dist::GradientSynchronizer>(
-        st.group,
-        std::move(params),
-        module->buffers(),
-        dist::SyncOptions()
-            .bucket_cap_mb(r.bucket_cap_mb)
-            .find_unused_parameters(r.find_unused_parameters)
-            .compression(compression)
-            .broadcast_buffers(r.broadcast_buffers)
-            .gradient_as_bucket_view(r.gradient_as_bucket_view)
-            .static_graph(r.static_graph)
-            // Stage 2 reduce-scatters instead (ShardedOptimizer).
-            .reduce_gradients(r.zero_stage < 2)));
-  }
+  st.strategy->setup_module(st, st.models.back());
   return module;
 }
 
@@ -620,52 +544,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
   }
   detail::PreparedOptimizerEntry entry;
   entry.optimizer = &optimizer;
-  for (size_t m = 0; m < st.fsdp.size(); ++m) {
-    if (!st.fsdp[m] || optimizer.param_groups().empty() ||
-        optimizer.param_groups()[0].params().empty()) {
-      continue;
-    }
-    const void* first =
-        optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
-    for (const auto& p : st.models[m]->parameters()) {
-      if (p.unsafeGetTensorImpl() == first) {
-        st.fsdp[m]->take_over(optimizer);
-        entry.fsdp = st.fsdp[m].get();
-        break;
-      }
-    }
-  }
-  if (st.options.fsdp && !entry.fsdp) {
-    throw UsageError(
-        component::kAccelerator,
-        "under FSDP an optimizer must step the parameters of a prepared "
-        "model; this one holds none. Prepare the model first, and build the "
-        "optimizer from model->parameters() before preparing it.");
-  }
-  if (entry.fsdp && st.scaler && st.group) {
-    // Each process checks only its shards' gradients: skip together.
-    auto group = st.group;
-    st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
-      group->all_reduce(found_inf, dist::ReduceOp::max);
-    });
-  }
-  if (st.options.zero_stage > 0) {
-    entry.sharded = std::make_shared<optim::ShardedOptimizer>(
-        optimizer,
-        st.group,
-        st.options.zero_stage,
-        // Under one byte (bucket_cap_mb is only checked positive): one
-        // parameter per bucket, as DDP takes it.
-        std::max<int64_t>(
-            1, static_cast<int64_t>(st.options.bucket_cap_mb * 1024 * 1024)));
-    if (st.scaler && st.group) {
-      // Each process checks only its shard's gradients: skip together.
-      auto group = st.group;
-      st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
-        group->all_reduce(found_inf, dist::ReduceOp::max);
-      });
-    }
-  }
+  st.strategy->setup_optimizer(st, entry);
   // A fused step replaces optimizer.step() only where it computes the same
   // update: ATen's kernels where this LibTorch has them, else ampkit's CPU
   // Adam/AdamW pass; both fold loss scaling in.
@@ -770,36 +649,11 @@ void Accelerator::backward_unhinted(
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
   }
-  if (st.synchronising()) {
-    for (auto& entry : st.optimizers) {
-      if (entry.sharded) {
-        entry.sharded->prepare_for_backward();  // ZeRO-2: reduce during it
-      }
-    }
-  }
+  st.strategy->before_backward(st);
   st.collective("backward (gradient all-reduce)", [&] {
     scaled.backward({}, retain_graph, create_graph);
   });
-  for (auto& sync : st.synchronizers) {
-    if (sync) {
-      sync->after_backward();
-    }
-  }
-  for (auto& fsdp : st.fsdp) {
-    if (fsdp) {
-      st.collective(
-          "FSDP gradient reduce-scatter", [&] { fsdp->after_backward(); });
-    }
-  }
-  if (st.synchronising()) {
-    for (auto& entry : st.optimizers) {
-      if (entry.sharded) {
-        st.collective("ZeRO gradient reduce-scatter", [&] {
-          entry.sharded->reduce_gradients();
-        });
-      }
-    }
-  }
+  st.strategy->after_backward(st);
   if (st.sync_gradients && !closed) {
     st.finish_window();
   }
@@ -848,7 +702,7 @@ void AcceleratorState::finish_window() {
     }
   };
   for (const auto& model : models) {
-    for (auto& p : model->parameters()) {
+    for (auto& p : model.module->parameters()) {
       scale(p);
     }
   }
@@ -872,20 +726,11 @@ void Accelerator::throw_negative_skip(int64_t n) {
 Accelerator::FullParamsScope::FullParamsScope(
     std::shared_ptr<detail::AcceleratorState> state)
     : state_(std::move(state)) {
-  for (auto& f : state_->fsdp) {
-    if (f) {
-      state_->collective(
-          "FSDP summon_full_params (all-gather)", [&] { f->gather_all(); });
-    }
-  }
+  state_->strategy->gather_full_params(*state_);
 }
 
 Accelerator::FullParamsScope::~FullParamsScope() {
-  for (auto& f : state_->fsdp) {
-    if (f) {
-      f->release_all(/*keep_values=*/true);
-    }
-  }
+  state_->strategy->release_full_params(*state_);
 }
 
 Accelerator::FullParamsScope Accelerator::summon_full_params() {
@@ -900,9 +745,7 @@ void Accelerator::free_memory() {
         "free_memory() inside an accumulate() or no_sync() scope. Call it "
         "between training runs, after the scopes closed.");
   }
-  st.synchronizers.clear();  // before the models their hooks refer to
-  st.fsdp.clear();
-  st.models.clear();
+  st.models.clear();  // each entry's wrappers before its module
   st.named_parameters.clear();
   st.optimizers.clear();
   st.schedulers.clear();

@@ -241,17 +241,16 @@ ck::Manifest::Partition fsdp_partition(int64_t processes) {
 // Whether model i is saved as each process's shards (FSDP with
 // SHARDED_STATE_DICT) rather than whole.
 bool saves_shards(const detail::AcceleratorState& st, size_t i) {
-  return i < st.fsdp.size() && st.fsdp[i] &&
-         st.fsdp[i]->options().state_dict_type() ==
-             dist::StateDictType::sharded_state_dict;
+  return st.models[i].fsdp && st.models[i].fsdp->options().state_dict_type() ==
+                                  dist::StateDictType::sharded_state_dict;
 }
 
 // This process's file of model i under SHARDED_STATE_DICT: its shard of
 // each flat buffer, with their layout in the safetensors metadata, and the
 // module's buffers (running statistics and the like) whole, by name.
 std::string encode_local_shards(const detail::AcceleratorState& st, size_t i) {
-  auto saved = st.fsdp[i]->local_shards();
-  for (const auto& b : st.models[i]->named_buffers()) {
+  auto saved = st.models[i].fsdp->local_shards();
+  for (const auto& b : st.models[i].module->named_buffers()) {
     saved.tensors.emplace_back(b.key(), b.value());
   }
   saved.layout["format"] = "pt";
@@ -290,10 +289,9 @@ void per_process_files(
 // once; every process takes part, and those that write keep the values.
 ck::NamedTensors state_for_saving(
     detail::AcceleratorState& st, size_t i, bool keep) {
-  dist::FullyShardedModel* fsdp =
-      i < st.fsdp.size() ? st.fsdp[i].get() : nullptr;
+  dist::FullyShardedModel* fsdp = st.models[i].fsdp.get();
   if (fsdp == nullptr) {
-    return keep ? ck::model_state(*st.models[i]) : ck::NamedTensors{};
+    return keep ? ck::model_state(*st.models[i].module) : ck::NamedTensors{};
   }
   ck::NamedTensors out;
   for (auto& [name, value] : st.collective(
@@ -302,7 +300,7 @@ ck::NamedTensors state_for_saving(
     out.emplace_back(name, value);
   }
   if (keep) {
-    for (const auto& b : st.models[i]->named_buffers()) {
+    for (const auto& b : st.models[i].module->named_buffers()) {
       out.emplace_back(b.key(), b.value());
     }
   }
@@ -327,10 +325,9 @@ ModelLoad whole_model_load(
     std::string origin) {
   ModelLoad out;
   out.origin = std::move(origin);
-  const dist::FullyShardedModel* fsdp =
-      i < st.fsdp.size() ? st.fsdp[i].get() : nullptr;
+  const dist::FullyShardedModel* fsdp = st.models[i].fsdp.get();
   if (fsdp == nullptr) {
-    ck::check_model_state(*st.models[i], state, out.origin);
+    ck::check_model_state(*st.models[i].module, state, out.origin);
     out.tensors = std::move(state);
     return out;
   }
@@ -338,7 +335,7 @@ ModelLoad whole_model_load(
   for (auto& [name, shape] : fsdp->parameter_shapes()) {
     shapes[name] = std::move(shape);
   }
-  ck::check_model_state(*st.models[i], state, out.origin, shapes);
+  ck::check_model_state(*st.models[i].module, state, out.origin, shapes);
   out.shards = fsdp->shards_from_full(state);
   for (auto& [name, t] : state) {
     if (shapes.count(name) == 0) {
@@ -349,13 +346,13 @@ ModelLoad whole_model_load(
 }
 
 void apply_model_load(detail::AcceleratorState& st, size_t i, ModelLoad& load) {
-  if (i >= st.fsdp.size() || !st.fsdp[i]) {
-    ck::load_model_state(*st.models[i], load.tensors, load.origin);
+  if (!st.models[i].fsdp) {
+    ck::load_model_state(*st.models[i].module, load.tensors, load.origin);
     return;
   }
-  st.fsdp[i]->load_shards(load.shards);
+  st.models[i].fsdp->load_shards(load.shards);
   torch::NoGradGuard no_grad;
-  for (auto& b : st.models[i]->named_buffers()) {
+  for (auto& b : st.models[i].module->named_buffers()) {
     for (const auto& [name, t] : load.tensors) {
       if (name == b.key()) {
         b.value().copy_(t);
@@ -367,7 +364,7 @@ void apply_model_load(detail::AcceleratorState& st, size_t i, ModelLoad& load) {
 size_t prepared_index(
     const detail::AcceleratorState& st, const PreparedModelBase& model) {
   size_t i = 0;
-  while (i < st.models.size() && st.models[i] != model.module_ptr()) {
+  while (i < st.models.size() && st.models[i].module != model.module_ptr()) {
     ++i;
   }
   return i;
@@ -471,7 +468,7 @@ void AcceleratorState::run_state_hooks(
     bool save, const std::string& dir) const {
   for (const auto& entry : state_hooks) {
     if (entry.save == save) {
-      entry.hook(models, dir);
+      entry.hook(modules(), dir);
     }
   }
 }
@@ -892,7 +889,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
           path(name)));
       continue;
     }
-    if (i >= st.fsdp.size() || !st.fsdp[i]) {
+    if (!st.models[i].fsdp) {
       throw InvalidArgument(
           component::kAccelerator,
           target + " holds model " + std::to_string(i) +
@@ -906,32 +903,38 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
         process_index() < m.world_size ? process_index() : 0;
     ModelLoad& load = models.emplace_back();
     load.origin = path(model_shard_file(i, buffers_from));
-    load.shards = st.fsdp[i]->shards_from_saved(m.world_size, [&](int64_t q) {
-      const std::string shard = model_shard_file(i, q);
-      need_file(
-          m, target, shard, "FSDP model " + std::to_string(i), num_processes());
-      auto saved = ck::decode_safetensors(file(shard), path(shard));
-      if (q == buffers_from) {
-        load.tensors.clear();
-        for (const auto& b : st.models[i]->named_buffers()) {
-          for (const auto& [key, t] : saved.tensors) {
-            if (key == b.key() && t.sizes() == b.value().sizes()) {
-              load.tensors.emplace_back(key, t);
+    load.shards =
+        st.models[i].fsdp->shards_from_saved(m.world_size, [&](int64_t q) {
+          const std::string shard = model_shard_file(i, q);
+          need_file(
+              m,
+              target,
+              shard,
+              "FSDP model " + std::to_string(i),
+              num_processes());
+          auto saved = ck::decode_safetensors(file(shard), path(shard));
+          if (q == buffers_from) {
+            load.tensors.clear();
+            for (const auto& b : st.models[i].module->named_buffers()) {
+              for (const auto& [key, t] : saved.tensors) {
+                if (key == b.key() && t.sizes() == b.value().sizes()) {
+                  load.tensors.emplace_back(key, t);
+                }
+              }
+              if (load.tensors.empty() ||
+                  load.tensors.back().first != b.key()) {
+                throw InvalidArgument(
+                    component::kAccelerator,
+                    load.origin + " lacks buffer '" + b.key() + "' of model " +
+                        std::to_string(i) +
+                        " in its shape; nothing was loaded. Resume with the "
+                        "model it was saved from.");
+              }
             }
           }
-          if (load.tensors.empty() || load.tensors.back().first != b.key()) {
-            throw InvalidArgument(
-                component::kAccelerator,
-                load.origin + " lacks buffer '" + b.key() + "' of model " +
-                    std::to_string(i) +
-                    " in its shape; nothing was loaded. Resume with the "
-                    "model it was saved from.");
-          }
-        }
-      }
-      return dist::FullyShardedModel::SavedShards{
-          std::move(saved.tensors), std::move(saved.metadata)};
-    });
+          return dist::FullyShardedModel::SavedShards{
+              std::move(saved.tensors), std::move(saved.metadata)};
+        });
   }
   // Each optimizer's files: its own, or for a sharded optimizer saved by
   // another number of processes every saved shard, to re-split.

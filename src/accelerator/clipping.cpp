@@ -75,7 +75,8 @@ torch::Tensor fsdp_norm(
     double norm_type) {
   std::unordered_map<const void*, torch::Tensor> norms;
   std::unordered_map<const void*, dist::FullyShardedModel*> owner;
-  for (auto& fsdp : st.fsdp) {
+  for (auto& model : st.models) {
+    auto& fsdp = model.fsdp;
     if (!fsdp) {
       continue;
     }
@@ -167,7 +168,8 @@ std::optional<ShardedGradients> sharded_gradients(
   // FSDP: every shard's gradient (the model's own parameters hold none);
   // the shards among `parameters` (an optimizer's) are these.
   std::unordered_set<const void*> fsdp_shards;
-  for (const auto& fsdp : st.fsdp) {
+  for (const auto& model : st.models) {
+    const auto& fsdp = model.fsdp;
     if (!fsdp) {
       continue;
     }
@@ -245,8 +247,8 @@ torch::Tensor clip_grad_norm(
   }
   unscale_gradients(st);
   const bool fsdp =
-      std::any_of(st.fsdp.begin(), st.fsdp.end(), [](const auto& f) {
-        return f != nullptr;
+      std::any_of(st.models.begin(), st.models.end(), [](const auto& m) {
+        return m.fsdp != nullptr;
       });
   if (fsdp) {
     const auto sharded = sharded_gradients(st, parameters);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "accelerator/strategies/strategy.h"
 #include "ampkit/accelerator/options.h"
 #include "ampkit/accelerator/prepared.h"
 #include "ampkit/amp/autocast.h"
@@ -56,12 +57,26 @@ struct PreparedOptimizerEntry {
   dist::FullyShardedModel* fsdp = nullptr;
 };
 
+/// One prepared model and what its strategy wrapped it in (at most one).
+struct ModelEntry {
+  std::shared_ptr<torch::nn::Module> module;
+  // DDP and ZeRO in a process group: its gradients' all-reduce.
+  std::unique_ptr<dist::GradientSynchronizer> synchronizer;
+  // FSDP: its shards (also in one process).
+  std::shared_ptr<dist::FullyShardedModel> fsdp;
+};
+
 struct AcceleratorState {
   ResolvedAcceleratorOptions options;
   std::optional<AutocastOptions> autocast;  // empty for precision no
   std::optional<GradScaler> scaler;         // set when loss scaling is on
   std::vector<PreparedOptimizerEntry> optimizers;
-  std::vector<std::shared_ptr<torch::nn::Module>> models;
+  // In the order prepare() saw them; the wrappers go before the modules.
+  std::vector<ModelEntry> models;
+  /// The prepared model `m`, or nullptr (released by free_memory).
+  ModelEntry* model_entry(const torch::nn::Module* m);
+  /// The prepared modules, in order (for the state hooks).
+  std::vector<std::shared_ptr<torch::nn::Module>> modules() const;
 
   // accelerate's GradientState.
   bool sync_gradients = true;
@@ -120,15 +135,11 @@ struct AcceleratorState {
   int64_t num_processes = 1;
   int64_t process_index = 0;
   int64_t local_process_index = 0;
-  // Distributed runs only: the group, and one synchronizer per model (in
-  // the order of `models`).
+  // Distributed runs only.
   std::shared_ptr<dist::ProcessGroup> group;
-  // (nullptr for a model that FSDP shards instead).
-  std::vector<std::unique_ptr<dist::GradientSynchronizer>> synchronizers;
-  // FSDP: one per model, in the order of `models` (nullptr for a model it
-  // does not shard); also in one process.
-  std::vector<std::shared_ptr<dist::FullyShardedModel>> fsdp;
-  dist::FullyShardedModel* fsdp_for(const torch::nn::Module* m);
+  // How the models and optimizers are spread over the processes (set by
+  // the Accelerator's constructor, after the group).
+  std::unique_ptr<Strategy> strategy;
   bool trigger = false;
   // Real samples in the last gathered step of the active data loader when
   // its sampler padded the epoch; 0 when nothing to drop.
@@ -160,7 +171,6 @@ struct AcceleratorState {
   size_t next_hook_handle = 0;
   void run_state_hooks(bool save, const std::string& dir) const;
   int64_t checkpoint_iteration = -1;  // next checkpoint_N; -1: not scanned
-  dist::GradientSynchronizer* synchronizer_for(const torch::nn::Module* m);
   /// Runs `body`; a failure of a collective inside names the failed rank.
   template <typename F>
   auto collective(const std::string& operation, F&& body) {

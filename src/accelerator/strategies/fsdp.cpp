@@ -1,0 +1,153 @@
+// FSDP (every sharding strategy dist::FullyShardedModel has): each model
+// sharded into units whose parameters are gathered around their forward
+// and backward and whose gradients are reduce-scattered into the shards;
+// each optimizer steps its model's shards. Also in one process.
+#include <iostream>
+
+#include "accelerator/state.h"
+#include "accelerator/strategies/strategy.h"
+#include "utils/components.h"
+
+namespace ampkit::detail {
+namespace {
+
+class FsdpStrategy : public Strategy {
+ public:
+  void setup_module(AcceleratorState& st, ModelEntry& model) override {
+    // Under mixed precision, as accelerate's FSDP plugin does (MixedPrecision
+    // with param_dtype and reduce_dtype the low precision): units are
+    // gathered and their gradients reduced in bf16/fp16, the shards stay
+    // fp32.
+    dist::FsdpOptions fsdp = *st.options.fsdp;
+    std::string reduce_note;
+    if (st.autocast && st.autocast->enabled() && !fsdp.param_dtype() &&
+        fsdp.strategy() != dist::ShardingStrategy::no_shard) {
+      const auto low = st.autocast->dtype();
+      fsdp.param_dtype(low);
+      if (!fsdp.reduce_dtype() && st.group && !st.group->can_sum(low)) {
+        // Gloo in LibTorch 1.13 has no bf16 sum: the gradients are
+        // reduced in fp32 (gathers still move bf16, as bytes).
+        reduce_note = std::string(", reduced in Float (") +
+                      st.group->backend() + " in this LibTorch cannot sum " +
+                      c10::toString(low) + ")";
+      } else if (!fsdp.reduce_dtype()) {
+        fsdp.reduce_dtype(low);
+      }
+    }
+    model.fsdp = st.collective("FSDP sharding of the model", [&] {
+      return std::make_shared<dist::FullyShardedModel>(
+          model.module, st.group, fsdp);
+    });
+    if (st.process_index == 0 && !st.options.quiet) {
+      const auto names = model.fsdp->unit_names();
+      std::cerr << "ampkit: FSDP "
+                << dist::to_string(st.options.fsdp->strategy()) << ", "
+                << names.size() - 1 << " unit(s) and the root"
+                << (fsdp.param_dtype() ? std::string(", gathered in ") +
+                                             c10::toString(*fsdp.param_dtype())
+                                       : std::string())
+                << (fsdp.reduce_dtype()
+                        ? std::string(", reduced in ") +
+                              c10::toString(*fsdp.reduce_dtype())
+                        : std::string())
+                << reduce_note
+                << (st.options.fsdp->activation_checkpointing()
+                        ? ", activation checkpointing"
+                        : "")
+                << "\n";
+    }
+  }
+
+  void setup_optimizer(
+      AcceleratorState& st, PreparedOptimizerEntry& entry) override {
+    auto& optimizer = *entry.optimizer;
+    for (auto& model : st.models) {
+      if (!model.fsdp || optimizer.param_groups().empty() ||
+          optimizer.param_groups()[0].params().empty()) {
+        continue;
+      }
+      const void* first =
+          optimizer.param_groups()[0].params()[0].unsafeGetTensorImpl();
+      for (const auto& p : model.module->parameters()) {
+        if (p.unsafeGetTensorImpl() == first) {
+          model.fsdp->take_over(optimizer);
+          entry.fsdp = model.fsdp.get();
+          break;
+        }
+      }
+    }
+    if (!entry.fsdp) {
+      throw UsageError(
+          component::kAccelerator,
+          "under FSDP an optimizer must step the parameters of a prepared "
+          "model; this one holds none. Prepare the model first, and build "
+          "the optimizer from model->parameters() before preparing it.");
+    }
+    if (st.scaler && st.group) {
+      // Each process checks only its shards' gradients: skip together.
+      auto group = st.group;
+      st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
+        group->all_reduce(found_inf, dist::ReduceOp::max);
+      });
+    }
+  }
+
+  void before_forward(AcceleratorState& st, ModelEntry& model) override {
+    if (model.fsdp) {
+      st.collective("FSDP parameter all-gather", [&] {
+        model.fsdp->before_forward(st.synchronising());
+      });
+    }
+  }
+
+  void after_forward(
+      AcceleratorState&,
+      ModelEntry& model,
+      const std::vector<at::Tensor>&) override {
+    if (model.fsdp && !torch::GradMode::is_enabled()) {
+      model.fsdp->after_forward_without_grad();  // no backward will free them
+    }
+  }
+
+  void after_backward(AcceleratorState& st) override {
+    for (auto& model : st.models) {
+      if (model.fsdp) {
+        st.collective("FSDP gradient reduce-scatter", [&] {
+          model.fsdp->after_backward();
+        });
+      }
+    }
+  }
+
+  void gather_full_params(AcceleratorState& st) override {
+    for (auto& model : st.models) {
+      if (model.fsdp) {
+        st.collective("FSDP summon_full_params (all-gather)", [&] {
+          model.fsdp->gather_all();
+        });
+      }
+    }
+  }
+
+  void release_full_params(AcceleratorState& st) override {
+    for (auto& model : st.models) {
+      if (model.fsdp) {
+        model.fsdp->release_all(/*keep_values=*/true);
+      }
+    }
+  }
+
+  std::vector<std::string> units_not_entered(
+      const ModelEntry& model) const override {
+    return model.fsdp ? model.fsdp->units_not_entered()
+                      : std::vector<std::string>();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_fsdp_strategy() {
+  return std::make_unique<FsdpStrategy>();
+}
+
+}  // namespace ampkit::detail
