@@ -113,19 +113,7 @@ std::string AcceleratorState::non_finite_gradients() const {
   std::vector<std::pair<std::string, torch::Tensor>> grads;
   grads.reserve(named_parameters.size());
   for (const auto& [name, param] : named_parameters) {
-    torch::Tensor grad = param.grad();
-    // ZeRO stage 2 freed it after the reduce: this process's part of the
-    // reduced gradient is in its shard.
-    for (size_t i = 0; !grad.defined() && i < optimizers.size(); ++i) {
-      if (const auto& sharded = optimizers[i].sharded) {
-        std::vector<bool> managed;
-        const auto parts = sharded->shard_gradients({param}, managed);
-        if (!parts.empty()) {
-          grad = parts.front();
-        }
-      }
-    }
-    grads.emplace_back(name, grad);
+    grads.emplace_back(name, strategy->gradient_of(*this, param));
   }
   return describe_non_finite(find_non_finite(grads));
 }

@@ -76,33 +76,18 @@ void PreparedOptimizer::step_unhinted() {
     return;
   }
   auto& entry = this->entry();
-  if (entry.sharded && !entry.sharded->has_reduced_gradients()) {
-    throw UsageError(
-        component::kAccelerator,
-        "optimizer.step() with zero_stage " +
-            std::to_string(entry.sharded->stage()) +
-            " found no gradients reduced into this process's shard since "
-            "the last step. Call accelerator.backward(loss), not "
-            "loss.backward(): under ZeRO the gradients reach the shard "
-            "there.");
-  }
+  st.strategy->before_optimizer_step(st, entry);
   if (st.options.gradient_clipping > 0) {
     // DeepSpeed's gradient_clipping: this optimizer's gradients to the
     // global norm before it steps.
     detail::clip_grad_norm(
         st,
-        entry.sharded ? entry.sharded->parameters() : optimizer_parameters(),
+        st.strategy->clipped_parameters(entry),
         st.options.gradient_clipping,
         2.0);
   }
   step_optimizer();
-  if (entry.sharded) {
-    // Each process stepped its shard (or, when the step was skipped, none
-    // did): every process's shard to every process.
-    st.collective("ZeRO parameter broadcast", [&] {
-      entry.sharded->gather_parameters();
-    });
-  }
+  st.strategy->after_optimizer_step(st, entry);
 }
 
 void PreparedOptimizer::step_optimizer() {
@@ -175,15 +160,7 @@ void PreparedOptimizer::zero_grad(bool set_to_none) {
   if (!state_->sync_gradients) {
     return;
   }
-  if (const auto& sharded = entry().sharded) {
-    // The optimizer holds the shard; the parameters' own gradients are the
-    // model's.
-    sharded->zero_grad(set_to_none);
-    return;
-  }
-  for (auto& group : optimizer_->param_groups()) {
-    optim::clear_gradients(group.params(), set_to_none);
-  }
+  state_->strategy->zero_grad(entry(), set_to_none);
 }
 
 int64_t PreparedOptimizer::state_bytes() const {
@@ -199,10 +176,7 @@ std::vector<torch::Tensor> PreparedOptimizer::optimizer_parameters() const {
 }
 
 int64_t PreparedOptimizer::gradient_bytes() const {
-  if (const auto& sharded = entry().sharded) {
-    return sharded->gradient_bytes();
-  }
-  return optim::gradient_bytes(optimizer_parameters());
+  return state_->strategy->gradient_bytes(entry());
 }
 
 bool PreparedOptimizer::step_was_skipped() const {

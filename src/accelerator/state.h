@@ -202,18 +202,6 @@ void remove_preemption_handlers();
 /// The largest `value` over the processes (the value itself in one).
 int64_t max_over_processes(AcceleratorState& st, int64_t value);
 
-/// Under ZeRO, where the gradients of `parameters` are: this process's
-/// parts of the shard gradients, and the gradients no sharded optimizer
-/// holds. Empty without ZeRO.
-struct ShardedGradients {
-  std::vector<torch::Tensor> shards;
-  std::vector<torch::Tensor> replicated;
-  /// Both, shards first.
-  std::vector<torch::Tensor> all() const;
-};
-std::optional<ShardedGradients> sharded_gradients(
-    AcceleratorState& st, const std::vector<torch::Tensor>& parameters);
-
 /// Accelerator::unscale_gradients and clip_grad_norm_ (arguments checked),
 /// also run by a prepared optimizer under gradient_clipping.
 void unscale_gradients(AcceleratorState& st);

@@ -3,6 +3,8 @@
 // and backward and whose gradients are reduce-scattered into the shards;
 // each optimizer steps its model's shards. Also in one process.
 #include <iostream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "accelerator/state.h"
 #include "accelerator/strategies/strategy.h"
@@ -135,6 +137,87 @@ class FsdpStrategy : public Strategy {
         model.fsdp->release_all(/*keep_values=*/true);
       }
     }
+  }
+
+  // Every shard's gradient (the model's own parameters hold none); the
+  // shards among `parameters` (an optimizer's) are these.
+  std::optional<ShardedGradients> sharded_gradients(
+      AcceleratorState& st,
+      const std::vector<at::Tensor>& parameters) override {
+    std::optional<ShardedGradients> out;
+    std::unordered_set<const void*> fsdp_shards;
+    for (const auto& model : st.models) {
+      if (!model.fsdp) {
+        continue;
+      }
+      if (!out) {
+        out.emplace();
+      }
+      for (const auto& shard : model.fsdp->shards()) {
+        fsdp_shards.insert(shard.unsafeGetTensorImpl());
+        if (shard.grad().defined()) {
+          out->shards.push_back(shard.grad());
+        }
+      }
+    }
+    if (out) {
+      for (const auto& p : parameters) {
+        if (fsdp_shards.count(p.unsafeGetTensorImpl()) == 0 &&
+            p.grad().defined()) {
+          out->replicated.push_back(p.grad());
+        }
+      }
+    }
+    return out;
+  }
+
+  // DDP's norm to the bit. Each parameter's norm from its full gradient
+  // (gathered flat buffer by flat buffer), in the order DDP takes them:
+  // `parameters` as given, where an FSDP optimizer's shards stand for the
+  // parameters that optimizer held.
+  at::Tensor sharded_norm(
+      AcceleratorState& st,
+      const std::vector<at::Tensor>& parameters,
+      const ShardedGradients&,
+      double norm_type) override {
+    std::unordered_map<const void*, torch::Tensor> norms;
+    std::unordered_map<const void*, dist::FullyShardedModel*> owner;
+    for (auto& model : st.models) {
+      auto& fsdp = model.fsdp;
+      if (!fsdp) {
+        continue;
+      }
+      st.collective("clip_grad_norm_ (FSDP gradient norms)", [&] {
+        fsdp->for_each_full_gradient(
+            [&](const torch::Tensor& p, const torch::Tensor& g) {
+              norms[p.unsafeGetTensorImpl()] = gradient_norm(g, norm_type);
+            });
+      });
+      for (const auto& shard : fsdp->shards()) {
+        owner[shard.unsafeGetTensorImpl()] = fsdp.get();
+      }
+    }
+    std::vector<torch::Tensor> ordered;
+    std::unordered_set<const dist::FullyShardedModel*> expanded;
+    auto add = [&](const torch::Tensor& p) {
+      auto it = norms.find(p.unsafeGetTensorImpl());
+      if (it != norms.end()) {
+        ordered.push_back(it->second);
+      } else if (p.grad().defined()) {
+        ordered.push_back(gradient_norm(p.grad(), norm_type));
+      }
+    };
+    for (const auto& p : parameters) {
+      auto it = owner.find(p.unsafeGetTensorImpl());
+      if (it == owner.end()) {
+        add(p);
+      } else if (expanded.insert(it->second).second) {
+        for (const auto& q : it->second->optimizer_parameters()) {
+          add(q);
+        }
+      }
+    }
+    return combine_norms(std::move(ordered), norm_type, st.options.device);
   }
 
   std::vector<std::string> units_not_entered(

@@ -2,7 +2,9 @@
 // factory that picks one strategy from the resolved options.
 #include "accelerator/strategies/strategy.h"
 
+#include "accelerator/state.h"
 #include "ampkit/accelerator/options.h"
+#include "ampkit/optim/zero.h"
 
 namespace ampkit::detail {
 
@@ -15,6 +17,64 @@ void Strategy::gather_full_params(AcceleratorState&) {}
 void Strategy::release_full_params(AcceleratorState&) {}
 std::vector<std::string> Strategy::units_not_entered(const ModelEntry&) const {
   return {};
+}
+
+std::optional<ShardedGradients> Strategy::sharded_gradients(
+    AcceleratorState&, const std::vector<at::Tensor>&) {
+  return std::nullopt;
+}
+
+at::Tensor Strategy::sharded_norm(
+    AcceleratorState& st,
+    const std::vector<at::Tensor>&,
+    const ShardedGradients& grads,
+    double norm_type) {
+  std::vector<at::Tensor> norms;
+  for (const auto& g : grads.all()) {
+    norms.push_back(gradient_norm(g, norm_type));
+  }
+  return combine_norms(std::move(norms), norm_type, st.options.device);
+}
+
+at::Tensor Strategy::gradient_of(
+    const AcceleratorState&, const at::Tensor& param) const {
+  return param.grad();
+}
+
+void Strategy::before_optimizer_step(
+    AcceleratorState&, PreparedOptimizerEntry&) {}
+void Strategy::after_optimizer_step(
+    AcceleratorState&, PreparedOptimizerEntry&) {}
+
+std::vector<at::Tensor> Strategy::clipped_parameters(
+    const PreparedOptimizerEntry& optimizer) const {
+  return optimizer_parameters(optimizer);
+}
+
+void Strategy::zero_grad(PreparedOptimizerEntry& optimizer, bool set_to_none) {
+  for (auto& group : optimizer.optimizer->param_groups()) {
+    optim::clear_gradients(group.params(), set_to_none);
+  }
+}
+
+int64_t Strategy::gradient_bytes(
+    const PreparedOptimizerEntry& optimizer) const {
+  return optim::gradient_bytes(optimizer_parameters(optimizer));
+}
+
+std::vector<at::Tensor> optimizer_parameters(
+    const PreparedOptimizerEntry& optimizer) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : optimizer.optimizer->param_groups()) {
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  }
+  return params;
+}
+
+std::vector<at::Tensor> ShardedGradients::all() const {
+  std::vector<at::Tensor> grads = shards;
+  grads.insert(grads.end(), replicated.begin(), replicated.end());
+  return grads;
 }
 
 std::unique_ptr<Strategy> make_strategy(

@@ -7,7 +7,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,16 @@ namespace ampkit::detail {
 struct AcceleratorState;
 struct ModelEntry;
 struct PreparedOptimizerEntry;
+
+/// Where the gradients of some parameters are when a strategy shards them:
+/// this process's parts of the shard gradients, and the gradients no shard
+/// holds (the same on every process).
+struct ShardedGradients {
+  std::vector<at::Tensor> shards;
+  std::vector<at::Tensor> replicated;
+  /// Both, shards first.
+  std::vector<at::Tensor> all() const;
+};
 
 class Strategy {
  public:
@@ -51,7 +63,47 @@ class Strategy {
   /// (FSDP); empty elsewhere.
   virtual std::vector<std::string> units_not_entered(
       const ModelEntry& model) const;
+
+  /// Where the gradients of `parameters` are, when they are not (all) the
+  /// parameters' own; empty when they are.
+  virtual std::optional<ShardedGradients> sharded_gradients(
+      AcceleratorState& st, const std::vector<at::Tensor>& parameters);
+  /// clip_grad_norm_'s total norm of what sharded_gradients returned for
+  /// `parameters` (collective where the shards are spread).
+  virtual at::Tensor sharded_norm(
+      AcceleratorState& st,
+      const std::vector<at::Tensor>& parameters,
+      const ShardedGradients& grads,
+      double norm_type);
+  /// The gradient of `param` as detect_anomaly reports it: its own, or
+  /// where the strategy keeps it.
+  virtual at::Tensor gradient_of(
+      const AcceleratorState& st, const at::Tensor& param) const;
+
+  /// Around a prepared optimizer's step (it runs only when the gradients
+  /// are synchronised).
+  virtual void before_optimizer_step(
+      AcceleratorState& st, PreparedOptimizerEntry& optimizer);
+  virtual void after_optimizer_step(
+      AcceleratorState& st, PreparedOptimizerEntry& optimizer);
+  /// What gradient_clipping clips before the optimizer steps.
+  virtual std::vector<at::Tensor> clipped_parameters(
+      const PreparedOptimizerEntry& optimizer) const;
+  /// The prepared optimizer's zero_grad.
+  virtual void zero_grad(PreparedOptimizerEntry& optimizer, bool set_to_none);
+  /// The bytes of the gradients the optimizer steps on.
+  virtual int64_t gradient_bytes(const PreparedOptimizerEntry& optimizer) const;
 };
+
+/// Shared by the strategies' norms (accelerator/clipping.cpp): one
+/// gradient's norm as torch::nn::utils::clip_grad_norm_ takes it, and the
+/// total of such norms on `device` (0 without any).
+at::Tensor gradient_norm(const at::Tensor& g, double norm_type);
+at::Tensor combine_norms(
+    std::vector<at::Tensor> norms, double norm_type, const c10::Device& device);
+/// The parameters a LibTorch optimizer steps, group by group.
+std::vector<at::Tensor> optimizer_parameters(
+    const PreparedOptimizerEntry& optimizer);
 
 /// The strategy the resolved options ask for; `distributed` when the run
 /// has a process group.

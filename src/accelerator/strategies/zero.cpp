@@ -3,9 +3,11 @@
 // Stage 2 reduce-scatters the gradients into the shards instead of DDP's
 // all-reduce; in one process the shard is everything.
 #include <algorithm>
+#include <cmath>
 
 #include "accelerator/state.h"
 #include "accelerator/strategies/ddp.h"
+#include "utils/components.h"
 
 namespace ampkit::detail {
 namespace {
@@ -45,6 +47,124 @@ class ZeroStrategy : public DdpStrategy {
       }
     }
   }
+  std::optional<ShardedGradients> sharded_gradients(
+      AcceleratorState& st,
+      const std::vector<at::Tensor>& parameters) override {
+    std::optional<ShardedGradients> out;
+    std::vector<bool> managed(parameters.size(), false);
+    for (const auto& entry : st.optimizers) {
+      if (!entry.sharded) {
+        continue;
+      }
+      if (!out) {
+        out.emplace();
+      }
+      std::vector<bool> here;
+      for (auto& g : entry.sharded->shard_gradients(parameters, here)) {
+        out->shards.push_back(g);
+      }
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        managed[i] = managed[i] || here[i];
+      }
+    }
+    if (out) {
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        if (!managed[i] && parameters[i].grad().defined()) {
+          out->replicated.push_back(parameters[i].grad());
+        }
+      }
+    }
+    return out;
+  }
+
+  // The norm over every process's shard, from each process's part (sum of
+  // |g|^p, or the max) combined across processes. Gradients that no sharded
+  // optimizer holds are the same on every process: counted once.
+  at::Tensor sharded_norm(
+      AcceleratorState& st,
+      const std::vector<at::Tensor>&,
+      const ShardedGradients& grads,
+      double norm_type) override {
+    const c10::Device device = st.options.device;
+    const bool inf = std::isinf(norm_type);
+    torch::Tensor local =
+        torch::zeros({}, torch::TensorOptions().device(device));
+    auto add = [&](const torch::Tensor& g) {
+      const torch::Tensor n = g.norm(norm_type).to(device);
+      local = inf ? torch::maximum(local, n) : local + n.pow(norm_type);
+    };
+    for (const auto& g : grads.shards) {
+      add(g);
+    }
+    if (st.process_index == 0 || inf) {
+      for (const auto& g : grads.replicated) {
+        add(g);
+      }
+    }
+    if (st.group) {
+      st.collective("clip_grad_norm_ (norm across shards)", [&] {
+        st.group->all_reduce(
+            local, inf ? dist::ReduceOp::max : dist::ReduceOp::sum);
+      });
+    }
+    return inf ? local : local.pow(1.0 / norm_type);
+  }
+
+  // Stage 2 freed it after the reduce: this process's part of the reduced
+  // gradient is in its shard.
+  at::Tensor gradient_of(
+      const AcceleratorState& st, const at::Tensor& param) const override {
+    torch::Tensor grad = param.grad();
+    for (size_t i = 0; !grad.defined() && i < st.optimizers.size(); ++i) {
+      if (const auto& sharded = st.optimizers[i].sharded) {
+        std::vector<bool> managed;
+        const auto parts = sharded->shard_gradients({param}, managed);
+        if (!parts.empty()) {
+          grad = parts.front();
+        }
+      }
+    }
+    return grad;
+  }
+
+  void before_optimizer_step(
+      AcceleratorState&, PreparedOptimizerEntry& entry) override {
+    if (!entry.sharded->has_reduced_gradients()) {
+      throw UsageError(
+          component::kAccelerator,
+          "optimizer.step() with zero_stage " +
+              std::to_string(entry.sharded->stage()) +
+              " found no gradients reduced into this process's shard since "
+              "the last step. Call accelerator.backward(loss), not "
+              "loss.backward(): under ZeRO the gradients reach the shard "
+              "there.");
+    }
+  }
+
+  void after_optimizer_step(
+      AcceleratorState& st, PreparedOptimizerEntry& entry) override {
+    // Each process stepped its shard (or, when the step was skipped, none
+    // did): every process's shard to every process.
+    st.collective("ZeRO parameter broadcast", [&] {
+      entry.sharded->gather_parameters();
+    });
+  }
+
+  std::vector<at::Tensor> clipped_parameters(
+      const PreparedOptimizerEntry& entry) const override {
+    return entry.sharded->parameters();
+  }
+
+  // The optimizer holds the shard; the parameters' own gradients are the
+  // model's.
+  void zero_grad(PreparedOptimizerEntry& entry, bool set_to_none) override {
+    entry.sharded->zero_grad(set_to_none);
+  }
+
+  int64_t gradient_bytes(const PreparedOptimizerEntry& entry) const override {
+    return entry.sharded->gradient_bytes();
+  }
+
   void after_backward(AcceleratorState& st) override {
     DdpStrategy::after_backward(st);
     if (!st.synchronising()) {
