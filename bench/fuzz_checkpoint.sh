@@ -51,8 +51,9 @@ flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI=1
   -I"$root/include" -I"$root/src" -I"$out/include" -isystem "$torch_inc")
 sources=(src/checkpoint/safetensors.cpp src/checkpoint/checkpoint_dir.cpp
   src/checkpoint/files.cpp src/checkpoint/pickle_machine.cpp
-  src/checkpoint/torch_pickle.cpp src/checkpoint/zip_directory.cpp
-  src/utils/crc32c.cpp bench/fuzz/checkpoint_fuzz.cpp)
+  src/checkpoint/torch_pickle.cpp src/checkpoint/zip_reader.cpp
+  src/utils/crc32c.cpp src/utils/warnings.cpp src/utils/test_hooks.cpp
+  bench/fuzz/checkpoint_fuzz.cpp)
 echo "== building $out/checkpoint_fuzz"
 objs=()
 for s in "${sources[@]}"; do
@@ -72,7 +73,7 @@ for s in "${sources[@]}"; do
   echo "$stamp" >"$o.flags"
 done
 nice -n 19 "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" -o "$out/checkpoint_fuzz" \
-  -L"$torch_lib" -Wl,-rpath,"$torch_lib" -ltorch -ltorch_cpu -lc10
+  -L"$torch_lib" -Wl,-rpath,"$torch_lib" -ltorch -ltorch_cpu -lc10 -lz
 
 cp -n "$root"/bench/fuzz/seeds/* "$out/corpus/" 2>/dev/null || true
 rm -f "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-*

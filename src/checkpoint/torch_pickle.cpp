@@ -1,21 +1,17 @@
-// torch.save's files of torch_pickle.h: reading the zip (its directory
-// checked first) and its storages for the pickle machine
-// (pickle_machine.cpp), and writing values as torch.save does.
+// torch.save's files of torch_pickle.h: reading the zip (zip_reader.h) and
+// its storages for the pickle machine (pickle_machine.cpp), and writing
+// values as torch.save does (LibTorch's zip writer).
 #include "checkpoint/torch_pickle.h"
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
 
 #include "ampkit/error.h"
-#include "checkpoint/zip_directory.h"
+#include "checkpoint/zip_reader.h"
 #include "utils/components.h"
 #include "utils/strings.h"
 
@@ -28,101 +24,42 @@ PyRef make(PyValue::Kind kind) {
   return v;
 }
 
-// Every entry's claimed size checked against the file's before LibTorch's
-// reader allocates a buffer of that size: the entries' sizes, by name
-// without torch.save's "<archive>/" prefix.
-std::map<std::string, uint64_t> checked_zip_sizes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  const uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (!in || ec) {
-    throw IoError(
-        component::kAccelerator,
-        "cannot open " + path + " as a torch.save file: " +
-            (ec ? ec.message() : std::string("it cannot be read")) + ".");
-  }
-  const ReadAt read = [&](uint64_t offset, size_t n) {
-    std::string out(n, '\0');
-    in.clear();
-    in.seekg(static_cast<std::streamoff>(offset));
-    in.read(out.data(), static_cast<std::streamsize>(n));
-    out.resize(
-        in ? n
-           : static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
-    return out;
-  };
-  std::map<std::string, uint64_t> sizes;
-  for (const ZipEntry& e : read_zip_directory(file_size, read, path)) {
-    const auto slash = e.name.find('/');
-    const std::string name =
-        slash == std::string::npos ? e.name : e.name.substr(slash + 1);
-    sizes[name] = std::max(sizes[name], e.size);
-  }
-  return sizes;
-}
-
 }  // namespace
 
 PyRef load_torch_file(const std::string& path) {
-  const std::map<std::string, uint64_t> sizes = checked_zip_sizes(path);
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
-  std::string pickle;
-  try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-    auto [data, size] = reader->getRecord("data.pkl");
-    pickle.assign(static_cast<const char*>(data.get()), size);
-  } catch (const c10::Error& e) {
+  ZipReader zip(path);
+  const ZipEntry* pkl = zip.find("data.pkl");
+  if (pkl == nullptr) {
     throw IoError(
         component::kAccelerator,
-        "cannot read " + path + " as a torch.save file (zip format): " +
-            e.what_without_backtrace() +
-            ". Save it with torch.save (PyTorch 1.6 or later).");
+        "cannot read " + path +
+            " as a torch.save file (zip format): it has no data.pkl. Save it "
+            "with torch.save (PyTorch 1.6 or later).");
   }
+  const std::string pickle = zip.read(*pkl);
   auto storage = [&](const std::string& key, at::ScalarType dtype, int64_t n) {
     // n * itemsize is known not to overflow (the machine checked it).
     const uint64_t bytes = static_cast<uint64_t>(n) * c10::elementSize(dtype);
-    const auto claimed = sizes.find("data/" + key);
-    if (claimed == sizes.end() || claimed->second != bytes) {
+    const ZipEntry* record = zip.find("data/" + key);
+    if (record == nullptr || record->size != bytes) {
       throw IoError(
           component::kAccelerator,
           ampkit::detail::str(
               path,
               ": storage data/",
               key,
-              claimed == sizes.end()
+              record == nullptr
                   ? std::string(" is missing")
-                  : ampkit::detail::str(" holds ", claimed->second, " bytes"),
+                  : ampkit::detail::str(" holds ", record->size, " bytes"),
               ", its header says ",
               bytes,
               ". The file is damaged; save it again with torch.save."));
     }
     auto t = at::empty({n}, at::TensorOptions().dtype(dtype));
-    if (bytes == 0) {
-      return t;
+    if (bytes > 0) {
+      zip.read(*record, t.data_ptr());
     }
-    try {
-      auto [data, size] = reader->getRecord("data/" + key);
-      if (size != bytes) {
-        throw IoError(
-            component::kAccelerator,
-            ampkit::detail::str(
-                path,
-                ": storage data/",
-                key,
-                " holds ",
-                size,
-                " bytes, its header says ",
-                bytes,
-                "."));
-      }
-      std::memcpy(t.data_ptr(), data.get(), size);
-      return t;
-    } catch (const c10::Error& e) {
-      throw IoError(
-          component::kAccelerator,
-          path + ": cannot read the storage data/" + key + ": " +
-              e.what_without_backtrace());
-    }
+    return t;
   };
   return unpickle(pickle, path, storage);
 }

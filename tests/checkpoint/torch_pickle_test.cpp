@@ -284,11 +284,30 @@ std::vector<Hostile> hostile_files() {
        "cposix\nsystem\n(" +
            unicode("id") + "tR.",
        "the global posix.system, which torch.save does not write"},
+      // A valid file whose directory record of data.pkl is changed at
+      // the byte and to the bytes zip_patches gives.
       {"zip_claims_4_gib", "", "claims 4294967294 bytes, more than the whole"},
+      {"zip_crc_differs", "", "data.pkl does not match its CRC-32"},
+      {"zip_entry_compressed", "", "data.pkl is compressed (method 8)"},
+      {"zip_entry_encrypted", "", "data.pkl is encrypted"},
   };
 }
 
-// A valid torch.save file whose directory claims a 4 GiB data.pkl.
+// Where (in data.pkl's central directory record) and what each zip_ file
+// of hostile_files() changes.
+std::pair<size_t, std::string> zip_patch(const std::string& name) {
+  if (name == "zip_claims_4_gib") {
+    return {24, "\xfe\xff\xff\xff"};  // uncompressed size
+  }
+  if (name == "zip_crc_differs") {
+    return {16, "\x01\x02\x03\x04"};
+  }
+  if (name == "zip_entry_compressed") {
+    return {10, "\x08"};  // deflated
+  }
+  return {8, "\x01"};  // general purpose flags: encrypted
+}
+
 void write_hostile(const std::string& path, const Hostile& h) {
   if (!h.pickle.empty()) {
     write_torch_zip(path, h.pickle);
@@ -296,12 +315,13 @@ void write_hostile(const std::string& path, const Hostile& h) {
   }
   save_torch_file(path, py_dict({py_str("x"), py_int(1)}));
   std::string bytes = ampkit::testing_util::read_file(path);
+  const auto [offset, patch] = zip_patch(h.name);
   size_t at = 0;
   while ((at = bytes.find("PK\x01\x02", at)) != std::string::npos) {
     const size_t name_len = static_cast<uint8_t>(bytes[at + 28]) |
                             static_cast<uint8_t>(bytes[at + 29]) << 8;
     if (bytes.compare(at + 46 + name_len - 8, 8, "data.pkl") == 0) {
-      bytes.replace(at + 24, 4, "\xfe\xff\xff\xff");
+      bytes.replace(at + offset, patch.size(), patch);
       break;
     }
     at += 4;
