@@ -12,6 +12,7 @@
 #include "dist/compat.h"
 #include "dist/group_impl.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::dist {
 namespace {
@@ -281,8 +282,8 @@ void GradientSynchronizer::after_backward() {
   if (!im.expecting_backward) {
     return;
   }
-  im.expecting_backward = false;
   if (im.options.find_unused_parameters() || im.options.static_graph()) {
+    im.expecting_backward = false;
     return;
   }
   std::string missing;
@@ -292,19 +293,43 @@ void GradientSynchronizer::after_backward() {
       missing += (count++ ? ", " : "") + im.names[i];
     }
   }
-  if (count > 0) {
-    throw UsageError(
-        component::kDistributed,
-        std::to_string(count) +
-            " parameter(s) got no gradient in this "
-            "backward, so their all-reduce never ran and the processes "
-            "would drift apart: " +
-            missing +
-            ". Make every parameter take part in the loss, freeze the "
-            "unused ones (requires_grad false) before prepare(), or set "
-            "AcceleratorOptions().find_unused_parameters(true) (DDP's "
-            "find_unused_parameters, which costs a graph walk per step).");
+  if (count == im.params.size() && count > 0) {
+    // This backward reached none of the model's parameters (a GAN's
+    // discriminator loss, the generator's forward having run): not this
+    // model's backward. As PyTorch's DDP, its reduction still waits for the
+    // one that reaches it.
+    return;
   }
+  im.expecting_backward = false;
+  if (count > 0) {
+    throw_without_gradient(count, missing, "in this backward");
+  }
+}
+
+void GradientSynchronizer::check_backward_done() const {
+  const auto& im = *impl_;
+  if (!im.expecting_backward || im.options.find_unused_parameters() ||
+      im.options.static_graph()) {
+    return;
+  }
+  throw_without_gradient(
+      im.params.size(),
+      ampkit::detail::join(im.names, ", "),
+      "since its forward (no backward reached the model)");
+}
+
+void GradientSynchronizer::throw_without_gradient(
+    size_t count, const std::string& missing, const std::string& when) {
+  throw UsageError(
+      component::kDistributed,
+      std::to_string(count) + " parameter(s) got no gradient " + when +
+          ", so their all-reduce never ran and the processes "
+          "would drift apart: " +
+          missing +
+          ". Make every parameter take part in the loss, freeze the "
+          "unused ones (requires_grad false) before prepare(), or set "
+          "AcceleratorOptions().find_unused_parameters(true) (DDP's "
+          "find_unused_parameters, which costs a graph walk per step).");
 }
 
 size_t GradientSynchronizer::num_buckets() const {

@@ -363,6 +363,23 @@ TEST_F(DistTest, ParameterWithoutGradientIsAnErrorNamingIt) {
   EXPECT_THAT(results[0].out, HasSubstr("unused.weight"));
 }
 
+// A backward that reaches none of a prepared model's parameters is not that
+// model's (the generator under the discriminator's losses): PyTorch's DDP
+// runs the GAN step as it is.
+TEST_F(DistTest, GanStepRunsUnderDdpWithoutFindUnusedParameters) {
+  for (int w : {1, 2}) {
+    const auto results = run(w, {"gan"});
+    expect_all_ok(results);
+    EXPECT_THAT(results[0].out, HasSubstr("gan ok")) << w << " processes";
+  }
+}
+
+TEST_F(DistTest, AModelNoBackwardReachedIsRefusedAtItsOptimizerStep) {
+  const auto results = run(2, {"never_reached"});
+  expect_all_ok(results);
+  EXPECT_THAT(results[0].out, HasSubstr("never reached ok"));
+}
+
 TEST_F(DistTest, FindUnusedParametersAllowsThem) {
   expect_all_ok(run(2, {"unused_allowed"}));
 }

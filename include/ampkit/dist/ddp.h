@@ -123,8 +123,15 @@ class GradientSynchronizer {
   void after_forward(const std::vector<torch::Tensor>& outputs, bool sync);
   /// After backward: with find_unused_parameters and static_graph off, a
   /// parameter that got no gradient in a synchronising backward is a
-  /// UsageError naming it.
+  /// UsageError naming it. A backward that reached none of the parameters
+  /// (a GAN's discriminator loss after the generator's forward) is not
+  /// this model's: its reduction waits for the backward that reaches it,
+  /// as PyTorch's DDP does.
   void after_backward();
+  /// Before an optimizer steps this model's parameters: a synchronising
+  /// forward whose backward never reached them is the UsageError naming
+  /// them (their gradients were never made, nor all-reduced).
+  void check_backward_done() const;
 
   size_t num_buckets() const;
   const SyncOptions& options() const;
@@ -132,6 +139,8 @@ class GradientSynchronizer {
   struct Impl;
 
  private:
+  [[noreturn]] static void throw_without_gradient(
+      size_t count, const std::string& missing, const std::string& when);
   std::unique_ptr<Impl> impl_;
 };
 

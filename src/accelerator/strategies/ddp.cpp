@@ -1,6 +1,8 @@
 // The DDP strategy of ddp.h.
 #include "accelerator/strategies/ddp.h"
 
+#include <unordered_set>
+
 #include "accelerator/state.h"
 
 namespace ampkit::detail {
@@ -49,6 +51,25 @@ void DdpStrategy::after_backward(AcceleratorState& st) {
   for (auto& model : st.models) {
     if (model.synchronizer) {
       model.synchronizer->after_backward();
+    }
+  }
+}
+
+void DdpStrategy::before_optimizer_step(
+    AcceleratorState& st, PreparedOptimizerEntry& optimizer) {
+  std::unordered_set<const void*> stepped;
+  for (const auto& p : optimizer_parameters(optimizer)) {
+    stepped.insert(p.unsafeGetTensorImpl());
+  }
+  for (const auto& model : st.models) {
+    if (!model.synchronizer) {
+      continue;
+    }
+    for (const auto& p : model.module->parameters()) {
+      if (stepped.count(p.unsafeGetTensorImpl()) > 0) {
+        model.synchronizer->check_backward_done();
+        break;
+      }
     }
   }
 }

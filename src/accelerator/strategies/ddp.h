@@ -17,6 +17,10 @@ class DdpStrategy : public Strategy {
       ModelEntry& model,
       const std::vector<at::Tensor>& outputs) override;
   void after_backward(AcceleratorState& st) override;
+  /// A model of this optimizer whose synchronising forward no backward
+  /// reached is refused, naming its parameters.
+  void before_optimizer_step(
+      AcceleratorState& st, PreparedOptimizerEntry& optimizer) override;
 };
 
 }  // namespace ampkit::detail
