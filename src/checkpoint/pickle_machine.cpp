@@ -334,36 +334,17 @@ class Machine {
   // `item` goes into `into`, which must still be free to change; `item`
   // no longer is.
   void insert(const PyRef& into, PyRef item) {
-    check_changeable(into, item);
-    Node& outer = node(into);
-    Node& inner = node(item);
-    inner.sealed = true;
-    if (inner.depth + 1 > outer.depth) {
-      outer.depth = inner.depth + 1;
-      if (outer.depth > kMaxPickleDepth) {
-        bad(ampkit::detail::str(
-            "values nested more than ",
-            kMaxPickleDepth,
-            " deep (no state dict nests so deep)"));
-      }
-    }
+    adopt(into, item);
     into->items.push_back(std::move(item));
   }
+  // BUILD's state goes into `into` likewise.
   void insert_state(const PyRef& into, PyRef state) {
-    check_changeable(into, state);
-    const int depth = node(state).depth;
-    node(state).sealed = true;
-    Node& outer = node(into);
-    outer.depth = std::max(outer.depth, depth + 1);
-    if (outer.depth > kMaxPickleDepth) {
-      bad(ampkit::detail::str(
-          "values nested more than ",
-          kMaxPickleDepth,
-          " deep (no state dict nests so deep)"));
-    }
+    adopt(into, state);
     into->state = std::move(state);
   }
-  void check_changeable(const PyRef& into, const PyRef& item) {
+  // `into` takes `item` in: `into` must still be free to change and not be
+  // `item`; `item` is sealed, and `into` nests one deeper than it.
+  void adopt(const PyRef& into, const PyRef& item) {
     if (into == item) {
       bad(std::string("a ") + into->type_name() + " that holds itself");
     }
@@ -371,6 +352,16 @@ class Machine {
       bad(std::string("a ") + into->type_name() +
           " changed after it was put inside another value (a value that "
           "refers to itself)");
+    }
+    Node& inner = node(item);
+    Node& outer = node(into);
+    inner.sealed = true;
+    outer.depth = std::max(outer.depth, inner.depth + 1);
+    if (outer.depth > kMaxPickleDepth) {
+      bad(ampkit::detail::str(
+          "values nested more than ",
+          kMaxPickleDepth,
+          " deep (no state dict nests so deep)"));
     }
   }
   uint8_t byte() {

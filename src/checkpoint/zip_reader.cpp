@@ -249,17 +249,17 @@ ZipReader::ZipReader(std::string path)
     return out;
   };
   entries_ = read_zip_directory(size_, read_at, path_);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto slash = entries_[i].name.find('/');
+    if (slash != std::string::npos) {
+      by_name_.emplace(entries_[i].name.substr(slash + 1), i);
+    }
+  }
 }
 
 const ZipEntry* ZipReader::find(const std::string& name) const {
-  for (const auto& e : entries_) {
-    const auto slash = e.name.find('/');
-    if (slash != std::string::npos &&
-        e.name.compare(slash + 1, std::string::npos, name) == 0) {
-      return &e;
-    }
-  }
-  return nullptr;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
 void ZipReader::read(const ZipEntry& e, void* dst) {

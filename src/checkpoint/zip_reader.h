@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace ampkit::checkpoint {
@@ -55,6 +56,8 @@ class ZipReader {
   std::ifstream in_;
   uint64_t size_ = 0;
   std::vector<ZipEntry> entries_;
+  // Each entry's name inside the archive folder, to its first entry.
+  std::unordered_map<std::string, size_t> by_name_;
 };
 
 }  // namespace ampkit::checkpoint
