@@ -167,14 +167,6 @@ int64_t PreparedOptimizer::state_bytes() const {
   return optim::optimizer_state_bytes(*optimizer_);
 }
 
-std::vector<torch::Tensor> PreparedOptimizer::optimizer_parameters() const {
-  std::vector<torch::Tensor> params;
-  for (const auto& group : optimizer_->param_groups()) {
-    params.insert(params.end(), group.params().begin(), group.params().end());
-  }
-  return params;
-}
-
 int64_t PreparedOptimizer::gradient_bytes() const {
   return state_->strategy->gradient_bytes(entry());
 }

@@ -306,10 +306,15 @@ void GradientSynchronizer::after_backward() {
   }
 }
 
+bool GradientSynchronizer::awaiting_backward() const {
+  const auto& im = *impl_;
+  return im.expecting_backward && !im.options.find_unused_parameters() &&
+         !im.options.static_graph();
+}
+
 void GradientSynchronizer::check_backward_done() const {
   const auto& im = *impl_;
-  if (!im.expecting_backward || im.options.find_unused_parameters() ||
-      im.options.static_graph()) {
+  if (!awaiting_backward()) {
     return;
   }
   throw_without_gradient(

@@ -236,7 +236,6 @@ class PreparedOptimizer {
 
   void step_unhinted();
   void step_optimizer();
-  std::vector<torch::Tensor> optimizer_parameters() const;
   // This optimizer's entry in the Accelerator; a UsageError once
   // free_memory() released it.
   detail::PreparedOptimizerEntry& entry() const;

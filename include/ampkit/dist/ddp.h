@@ -132,6 +132,10 @@ class GradientSynchronizer {
   /// forward whose backward never reached them is the UsageError naming
   /// them (their gradients were never made, nor all-reduced).
   void check_backward_done() const;
+  /// Whether a synchronising forward still waits for the backward that
+  /// reaches this model (with find_unused_parameters or static_graph, a
+  /// backward never leaves it waiting).
+  bool awaiting_backward() const;
 
   size_t num_buckets() const;
   const SyncOptions& options() const;

@@ -57,13 +57,16 @@ void DdpStrategy::after_backward(AcceleratorState& st) {
 
 void DdpStrategy::before_optimizer_step(
     AcceleratorState& st, PreparedOptimizerEntry& optimizer) {
+  // Usually no model awaits a backward here: nothing is looked up.
   std::unordered_set<const void*> stepped;
-  for (const auto& p : optimizer_parameters(optimizer)) {
-    stepped.insert(p.unsafeGetTensorImpl());
-  }
   for (const auto& model : st.models) {
-    if (!model.synchronizer) {
+    if (!model.synchronizer || !model.synchronizer->awaiting_backward()) {
       continue;
+    }
+    if (stepped.empty()) {
+      for (const auto& p : optimizer_parameters(optimizer)) {
+        stepped.insert(p.unsafeGetTensorImpl());
+      }
     }
     for (const auto& p : model.module->parameters()) {
       if (stepped.count(p.unsafeGetTensorImpl()) > 0) {

@@ -85,13 +85,7 @@ class FsdpStrategy : public Strategy {
           "model; this one holds none. Prepare the model first, and build "
           "the optimizer from model->parameters() before preparing it.");
     }
-    if (st.scaler && st.group) {
-      // Each process checks only its shards' gradients: skip together.
-      auto group = st.group;
-      st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
-        group->all_reduce(found_inf, dist::ReduceOp::max);
-      });
-    }
+    agree_on_found_inf(st);
   }
 
   void before_forward(AcceleratorState& st, ModelEntry& model) override {

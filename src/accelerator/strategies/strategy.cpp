@@ -62,6 +62,15 @@ int64_t Strategy::gradient_bytes(
   return optim::gradient_bytes(optimizer_parameters(optimizer));
 }
 
+void agree_on_found_inf(AcceleratorState& st) {
+  if (st.scaler && st.group) {
+    auto group = st.group;
+    st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
+      group->all_reduce(found_inf, dist::ReduceOp::max);
+    });
+  }
+}
+
 std::vector<at::Tensor> optimizer_parameters(
     const PreparedOptimizerEntry& optimizer) {
   std::vector<at::Tensor> params;

@@ -101,6 +101,10 @@ class Strategy {
 at::Tensor gradient_norm(const at::Tensor& g, double norm_type);
 at::Tensor combine_norms(
     std::vector<at::Tensor> norms, double norm_type, const c10::Device& device);
+/// Under loss scaling in a process group, where each process checks only
+/// its shards' gradients for inf/NaN: the processes skip a step together
+/// (found_inf is max-reduced before the scaler decides).
+void agree_on_found_inf(AcceleratorState& st);
 /// The parameters a LibTorch optimizer steps, group by group.
 std::vector<at::Tensor> optimizer_parameters(
     const PreparedOptimizerEntry& optimizer);

@@ -29,13 +29,7 @@ class ZeroStrategy : public DdpStrategy {
         // parameter per bucket, as DDP takes it.
         std::max<int64_t>(
             1, static_cast<int64_t>(st.options.bucket_cap_mb * 1024 * 1024)));
-    if (st.scaler && st.group) {
-      // Each process checks only its shard's gradients: skip together.
-      auto group = st.group;
-      st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
-        group->all_reduce(found_inf, dist::ReduceOp::max);
-      });
-    }
+    agree_on_found_inf(st);
   }
   void before_backward(AcceleratorState& st) override {
     if (!st.synchronising()) {
