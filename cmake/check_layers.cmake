@@ -8,7 +8,7 @@
 # AMPKIT_TORCH_AT_LEAST) live only in a layer's compat.h/compat.cpp; other
 # files test the feature macros those define.
 # Run as cmake -DROOT=<source dir> -P check_layers.cmake.
-set(layers utils amp dist data optim checkpoint track diag config accelerator)
+set(layers utils amp distributed data optim checkpoint track diag config accelerator)
 set(violations "")
 set(edges 0)
 foreach(base src include/ampkit)

@@ -14,7 +14,7 @@ What it reads (Python's standard library only):
 - src/accelerator/options.cpp: which option reads which variables, from its
   pick(options.NAME(), env, {kEnvA, kEnvB}, ..., FALLBACK) calls, and the
   fallback as the default;
-- include/ampkit/dist/*.h: the values of the distributed defaults that the
+- include/ampkit/distributed/*.h: the values of the distributed defaults that the
   list takes from dist::SyncOptions() and dist::GroupOptions().
 It stops with an error when a source no longer has the shape it expects, or
 when an environment variable declared in options.h is read by no option.
@@ -29,7 +29,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OPTIONS_H = "include/ampkit/accelerator/options.h"
 OPTIONS_CPP = "src/accelerator/options.cpp"
-DIST_HEADERS = "include/ampkit/dist"
+DIST_HEADERS = "include/ampkit/distributed"
 OUTPUT = "docs/reference/options.md"
 MACRO = "AMPKIT_FORALL_PLAIN_ACCELERATOR_OPTIONS"
 

@@ -14,7 +14,7 @@ bin="$1" out="$2" steps="${3:-20}" config="${4:-tiny}"
 skip() { echo "hybrid_two_machines: $*; skipped"; exit 77; }
 fail() { echo "hybrid_two_machines: FAIL: $*"; exit 1; }
 tag="$$"
-source "$(dirname "$0")/../../tests/dist/netns_pair.sh"
+source "$(dirname "$0")/../../tests/distributed/netns_pair.sh"
 netns_pair "ampkitHA$tag" "ampkitHB$tag" "vhA$tag" "vhB$tag" 10.78.0
 rm -rf "$out" && mkdir -p "$out"
 

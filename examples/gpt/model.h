@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "ampkit/dist/fsdp.h"
+#include "ampkit/distributed/fsdp.h"
 
 namespace gpt {
 
@@ -161,7 +161,8 @@ struct GptImpl : torch::nn::Module {
     auto x = drop(wte(idx) + wpe(pos));
     for (const auto& block : *h) {
       // One line per unit type: a plain forward, or under FSDP (or
-      // activation checkpointing) the block as a unit (ampkit/dist/fsdp.h).
+      // activation checkpointing) the block as a unit
+      // (ampkit/distributed/fsdp.h).
       x = ampkit::dist::fsdp_forward(*block->as<Block>(), x);
     }
     // The output head shares the token embedding's weight (tied).

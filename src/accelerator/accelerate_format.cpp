@@ -503,27 +503,7 @@ void save_accelerate_state(
   auto path = [&](const std::string& name) {
     return (fs::path(dir) / name).string();
   };
-  for (size_t i = 0; i < st.optimizers.size(); ++i) {
-    if (st.optimizers[i].fsdp) {
-      throw UsageError(
-          component::kAccelerator,
-          "save_state(dir, SaveFormat::accelerate) writes whole optimizer "
-          "states, and optimizer " +
-              std::to_string(i) +
-              " steps FSDP's shards. Save in ampkit's format (the default); "
-              "save_model writes the whole model's weights for Python.");
-    }
-    if (st.optimizers[i].sharded) {
-      throw UsageError(
-          component::kAccelerator,
-          "save_state(dir, SaveFormat::accelerate) writes whole optimizer "
-          "states, and optimizer " +
-              std::to_string(i) + " is sharded by ZeRO (zero_stage " +
-              std::to_string(st.options.zero_stage) +
-              "). Save in ampkit's format (the default), or train without "
-              "ZeRO to hand the run to Python.");
-    }
-  }
+  st.strategy->check_accelerate_format(st, /*saving=*/true);
   fs::create_directories(dir);
   if (main_process) {
     std::vector<double> initial_lr;
@@ -583,49 +563,96 @@ bool is_accelerate_folder(const std::string& dir) {
          fs::exists(fs::path(dir) / "random_states_0.pkl");
 }
 
+namespace {
+
+// Model i of accelerate's folder: model_i.safetensors, or torch.save's
+// pytorch_model_i.bin.
+ck::NamedTensors read_accelerate_model(const std::string& dir, size_t i) {
+  auto path = [&](const std::string& name) {
+    return (fs::path(dir) / name).string();
+  };
+  const std::string safe = path(indexed("model", i, ".safetensors"));
+  if (fs::exists(safe)) {
+    return ck::load_safetensors(safe).tensors;
+  }
+  const std::string bin = path(indexed("pytorch_model", i, ".bin"));
+  if (!fs::exists(bin)) {
+    throw IoError(
+        component::kAccelerator,
+        dir + " has neither " + indexed("model", i, ".safetensors") + " nor " +
+            indexed("pytorch_model", i, ".bin") + " for model " +
+            std::to_string(i) + ": prepare the models it was saved with.");
+  }
+  const PyRef sd = ck::load_torch_file(bin);
+  if (sd->kind != PyValue::Kind::dict) {
+    refuse(bin, "is a " + sd->type_name() + ", not a state_dict.");
+  }
+  ck::NamedTensors named;
+  for (size_t k = 0; k + 1 < sd->items.size(); k += 2) {
+    if (sd->items[k]->kind == PyValue::Kind::string &&
+        sd->items[k + 1]->kind == PyValue::Kind::tensor) {
+      named.emplace_back(sd->items[k]->text, sd->items[k + 1]->tensor);
+    }
+  }
+  return named;
+}
+
+// This process's torch random states in accelerate's folder
+// (random_states_N.pkl), checked against this build's; empty when it has
+// none.
+std::optional<RngState> read_accelerate_rng(const std::string& rng_name) {
+  if (!fs::exists(rng_name)) {
+    return std::nullopt;
+  }
+  std::optional<RngState> rng;
+  const PyRef states = ck::load_torch_file(rng_name);
+  const PyRef cpu = need(states, "torch_manual_seed", rng_name);
+  if (cpu->kind == PyValue::Kind::tensor) {
+    rng = get_rng_state();
+    // Checked here, before anything is loaded: set_rng_state would refuse
+    // another state only after the weights had changed.
+    if (cpu->tensor.scalar_type() != at::kByte ||
+        cpu->tensor.numel() != rng->cpu.numel()) {
+      refuse(
+          rng_name,
+          "\"torch_manual_seed\" is " + std::to_string(cpu->tensor.numel()) +
+              " " + c10::toString(cpu->tensor.scalar_type()) +
+              " values, not the " + std::to_string(rng->cpu.numel()) +
+              " bytes of torch.get_rng_state().");
+    }
+    rng->cpu = cpu->tensor.contiguous();
+    const PyRef cuda = states->get("torch_cuda_manual_seed");
+    if (cuda && cuda->items.size() == rng->cuda.size()) {
+      for (size_t d = 0; d < rng->cuda.size(); ++d) {
+        const PyRef t = cuda->items[d];
+        if (t->kind != PyValue::Kind::tensor ||
+            t->tensor.scalar_type() != at::kByte ||
+            t->tensor.numel() != rng->cuda[d].numel()) {
+          refuse(
+              rng_name,
+              "\"torch_cuda_manual_seed\" holds a " + t->type_name() +
+                  " for device " + std::to_string(d) +
+                  ", not the bytes of torch.cuda.get_rng_state().");
+        }
+        rng->cuda[d] = t->tensor.contiguous();
+      }
+    }
+  }
+  return rng;
+}
+
+}  // namespace
+
 void load_accelerate_state(
     AcceleratorState& st, int64_t rank, const std::string& dir) {
   auto path = [&](const std::string& name) {
     return (fs::path(dir) / name).string();
   };
-  for (const auto& model : st.models) {
-    if (model.fsdp) {
-      throw UsageError(
-          component::kAccelerator,
-          "load_state of accelerate's folder " + dir +
-              " under FSDP: its optimizer state is whole, and the prepared "
-              "optimizers step FSDP's shards. Load the weights with "
-              "load_model (it takes model.safetensors), or resume the folder "
-              "without FSDP.");
-    }
-  }
+  st.strategy->check_accelerate_format(st, /*saving=*/false);
   // Read and check everything before changing anything.
   std::vector<ck::NamedTensors> models;
   for (size_t i = 0; i < st.models.size(); ++i) {
-    const std::string safe = path(indexed("model", i, ".safetensors"));
-    if (fs::exists(safe)) {
-      models.push_back(ck::load_safetensors(safe).tensors);
-      continue;
-    }
-    const std::string bin = path(indexed("pytorch_model", i, ".bin"));
-    if (!fs::exists(bin)) {
-      throw IoError(
-          component::kAccelerator,
-          dir + " has neither " + indexed("model", i, ".safetensors") +
-              " nor " + indexed("pytorch_model", i, ".bin") + " for model " +
-              std::to_string(i) + ": prepare the models it was saved with.");
-    }
-    const PyRef sd = ck::load_torch_file(bin);
-    if (sd->kind != PyValue::Kind::dict) {
-      refuse(bin, "is a " + sd->type_name() + ", not a state_dict.");
-    }
-    auto& named = models.emplace_back();
-    for (size_t k = 0; k + 1 < sd->items.size(); k += 2) {
-      if (sd->items[k]->kind == PyValue::Kind::string &&
-          sd->items[k + 1]->kind == PyValue::Kind::tensor) {
-        named.emplace_back(sd->items[k]->text, sd->items[k + 1]->tensor);
-      }
-    }
+    models.push_back(read_accelerate_model(dir, i));
   }
   auto count_of = [&](const std::string& stem, const std::string& ext) {
     size_t n = 0;
@@ -687,42 +714,7 @@ void load_accelerate_state(
   }
   const std::string rng_name =
       path("random_states_" + std::to_string(rank) + ".pkl");
-  std::optional<RngState> rng;
-  if (fs::exists(rng_name)) {
-    const PyRef states = ck::load_torch_file(rng_name);
-    const PyRef cpu = need(states, "torch_manual_seed", rng_name);
-    if (cpu->kind == PyValue::Kind::tensor) {
-      rng = get_rng_state();
-      // Checked here, before anything is loaded: set_rng_state would refuse
-      // another state only after the weights had changed.
-      if (cpu->tensor.scalar_type() != at::kByte ||
-          cpu->tensor.numel() != rng->cpu.numel()) {
-        refuse(
-            rng_name,
-            "\"torch_manual_seed\" is " + std::to_string(cpu->tensor.numel()) +
-                " " + c10::toString(cpu->tensor.scalar_type()) +
-                " values, not the " + std::to_string(rng->cpu.numel()) +
-                " bytes of torch.get_rng_state().");
-      }
-      rng->cpu = cpu->tensor.contiguous();
-      const PyRef cuda = states->get("torch_cuda_manual_seed");
-      if (cuda && cuda->items.size() == rng->cuda.size()) {
-        for (size_t d = 0; d < rng->cuda.size(); ++d) {
-          const PyRef t = cuda->items[d];
-          if (t->kind != PyValue::Kind::tensor ||
-              t->tensor.scalar_type() != at::kByte ||
-              t->tensor.numel() != rng->cuda[d].numel()) {
-            refuse(
-                rng_name,
-                "\"torch_cuda_manual_seed\" holds a " + t->type_name() +
-                    " for device " + std::to_string(d) +
-                    ", not the bytes of torch.cuda.get_rng_state().");
-          }
-          rng->cuda[d] = t->tensor.contiguous();
-        }
-      }
-    }
-  }
+  const std::optional<RngState> rng = read_accelerate_rng(rng_name);
 
   for (size_t i = 0; i < st.models.size(); ++i) {
     ck::load_model_state(

@@ -17,7 +17,7 @@
 
 #include "accelerator/state.h"
 #include "amp/cuda_capability.h"
-#include "ampkit/dist/env.h"
+#include "ampkit/distributed/env.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"

@@ -17,7 +17,7 @@
 
 #include "ampkit/accelerator/accelerator.h"
 #include "ampkit/amp/capability.h"
-#include "ampkit/dist/launcher.h"
+#include "ampkit/distributed/launcher.h"
 #include "ampkit/error.h"
 #include "utils/test_hooks.h"
 

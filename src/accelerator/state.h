@@ -12,59 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "accelerator/strategies/entries.h"
 #include "accelerator/strategies/strategy.h"
 #include "ampkit/accelerator/options.h"
 #include "ampkit/accelerator/prepared.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
-#include "ampkit/dist/ddp.h"
-#include "ampkit/dist/fsdp.h"
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/process_group.h"
 #include "ampkit/error.h"
 #include "ampkit/optim/scheduler.h"
-#include "ampkit/optim/zero.h"
 #include "ampkit/track/tracker.h"
 
 namespace ampkit::detail {
-
-/// How a prepared optimizer steps.
-enum class FusedStep {
-  none,   // optimizer.step(), through the GradScaler's unscale_ when scaling
-  aten,   // optim::aten_fused_step (LibTorch >= 2.4), scaling folded in
-  ampkit  // detail::fused_step (Adam/AdamW on the CPU, LibTorch < 2.4),
-          // scaling folded in
-};
-
-struct PreparedOptimizerEntry {
-  torch::optim::Optimizer* optimizer = nullptr;
-  bool stepped = false;   // stepped since the last scale update
-  bool unscaled = false;  // unscale_ ran since the last scale update
-  // Whether the last step that ran was skipped: known, or found_inf on the
-  // device, read by the host only when someone asks (skipped()).
-  torch::Tensor found_inf;
-  mutable std::optional<bool> skipped_known = false;
-  bool skipped() const {
-    if (!skipped_known) {
-      skipped_known = found_inf.item<float>() != 0.0f;
-    }
-    return *skipped_known;
-  }
-  FusedStep fused = FusedStep::none;
-  // zero_stage 1 or 2: the optimizer steps this process's shard.
-  std::shared_ptr<optim::ShardedOptimizer> sharded;
-  // FSDP: the model whose shards this optimizer steps (each process its
-  // own shards; saved per process).
-  dist::FullyShardedModel* fsdp = nullptr;
-};
-
-/// One prepared model and what its strategy wrapped it in (at most one).
-struct ModelEntry {
-  std::shared_ptr<torch::nn::Module> module;
-  // DDP and ZeRO in a process group: its gradients' all-reduce.
-  std::unique_ptr<dist::GradientSynchronizer> synchronizer;
-  // FSDP: its shards (also in one process).
-  std::shared_ptr<dist::FullyShardedModel> fsdp;
-};
 
 struct AcceleratorState {
   ResolvedAcceleratorOptions options;

@@ -1,5 +1,5 @@
 // accelerate's fsdp_config (distributed_type: FSDP) read for ampkit's FSDP
-// (ampkit/dist/fsdp.h): each key becomes the variable accelerate launch
+// (ampkit/distributed/fsdp.h): each key becomes the variable accelerate launch
 // sets for it (FSDP_*), which the Accelerator reads as accelerate's
 // FullyShardedDataParallelPlugin does. Values ampkit does not implement are
 // refused by name, never ignored.

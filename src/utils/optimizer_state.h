@@ -1,5 +1,5 @@
 // An optimizer state's fields by name, for the layers that re-split saved
-// optimizer state (ZeRO's shards in optim/, FSDP's in dist/): what a
+// optimizer state (ZeRO's shards in optim/, FSDP's in distributed/): what a
 // state's serialize() writes (its tensors and numbers), a state of the same
 // type built back from such fields, and the key of a parameter in
 // torch::optim::Optimizer::state() (the stringified TensorImpl* up to 2.1,

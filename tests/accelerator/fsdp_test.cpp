@@ -1,6 +1,6 @@
 // FSDP in one process: units, training equal to the plain model's,
 // activation checkpointing, freed parameters, checkpoints and refusals.
-// Several processes: tests/dist (FsdpTest there) and examples/gpt.
+// Several processes: tests/distributed (DistTest.Fsdp*) and examples/gpt.
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -14,7 +14,7 @@
 #include "ampkit/accelerator/accelerator.h"
 #include "ampkit/amp/autocast.h"
 #include "ampkit/checkpoint/model_io.h"
-#include "ampkit/dist/fsdp.h"
+#include "ampkit/distributed/fsdp.h"
 #include "ampkit/error.h"
 #include "ampkit/utils/memory.h"
 #include "test_util.h"

@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "ampkit/accelerator/accelerator.h"
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/process_group.h"
 #include "ampkit/track/system_stats.h"
 #include "test_util.h"
 

@@ -25,7 +25,7 @@
 #include "ampkit/diag/doctor.h"
 #include "ampkit/diag/hints.h"
 #include "ampkit/diag/memory_estimate.h"
-#include "ampkit/dist/launcher.h"
+#include "ampkit/distributed/launcher.h"
 #include "ampkit/error.h"
 #include "ampkit/track/report.h"
 #include "ampkit/version.h"

@@ -23,7 +23,7 @@
 #include "ampkit/amp/autocast.h"
 #include "ampkit/amp/grad_scaler.h"
 #include "ampkit/data/stream.h"
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/process_group.h"
 #include "ampkit/optim/scheduler.h"
 #include "ampkit/track/tracker.h"
 #include "ampkit/utils/random.h"

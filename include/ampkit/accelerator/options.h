@@ -18,10 +18,10 @@
 #include "ampkit/amp/precision.h"
 #include "ampkit/config/config.h"
 #include "ampkit/diag/profiler.h"
-#include "ampkit/dist/ddp.h"
-#include "ampkit/dist/env.h"
-#include "ampkit/dist/fsdp.h"
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/ddp.h"
+#include "ampkit/distributed/env.h"
+#include "ampkit/distributed/fsdp.h"
+#include "ampkit/distributed/process_group.h"
 #include "ampkit/track/tracker.h"
 #include "ampkit/utils/env.h"
 
@@ -121,8 +121,8 @@ constexpr const char* kEnvAccelerateGradientClipping =
   /* No start-up table or choice lines on stderr (warnings still print). */   \
   _(bool, quiet, false)                                                       \
   /* Distributed runs (several processes started by ampkit launch, torchrun,  \
-     Slurm or OpenMPI; see ampkit/dist/env.h). How long the rendezvous and    \
-     each collective wait for the other processes; c10d's 30 minutes. */      \
+     Slurm or OpenMPI; see ampkit/distributed/env.h). How long the rendezvous \
+     and each collective wait for the other processes; c10d's 30 minutes. */  \
   _(std::chrono::milliseconds, timeout, dist::GroupOptions().timeout())       \
   /* The gradient all-reduce bucket size in MB (DDP's bucket_cap_mb, 25). */  \
   _(double, bucket_cap_mb, dist::SyncOptions().bucket_cap_mb())               \
@@ -226,7 +226,7 @@ struct AcceleratorOptions {
   /// What Accelerator::profile() records (accelerate's ProfileKwargs).
   TORCH_ARG(diag::ProfileOptions, profile_options);
   // Distributed runs (several processes started by ampkit launch, torchrun,
-  // Slurm or OpenMPI; see ampkit/dist/env.h).
+  // Slurm or OpenMPI; see ampkit/distributed/env.h).
   /// Before each collective, compare shapes across processes and fail with
   /// every rank's shape instead of hanging. Default false, or the
   /// environment's AMPKIT_DEBUG / ACCELERATE_DEBUG_MODE.
@@ -244,8 +244,8 @@ struct AcceleratorOptions {
   /// Fully sharded data parallel (accelerate's distributed_type FSDP with
   /// its fsdp_config; DeepSpeed's zero_stage 3): every prepared model's
   /// parameters, gradients and optimizer state sharded across the
-  /// processes, unit by unit (ampkit/dist/fsdp.h; the units' forward goes
-  /// through dist::fsdp_forward). Empty (default): DDP, or ZeRO 1/2. Also
+  /// processes, unit by unit (ampkit/distributed/fsdp.h; the units' forward
+  /// goes through dist::fsdp_forward). Empty (default): DDP, or ZeRO 1/2. Also
   /// from accelerate launch's ACCELERATE_USE_FSDP and FSDP_* variables, or a
   /// config's distributed_type FSDP with fsdp_config.
   TORCH_ARG(std::optional<dist::FsdpOptions>, fsdp);

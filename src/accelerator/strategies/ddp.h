@@ -11,6 +11,9 @@ class DdpStrategy : public Strategy {
  public:
   void setup_module(AcceleratorState& st, ModelEntry& model) override;
   void setup_optimizer(AcceleratorState&, PreparedOptimizerEntry&) override {}
+  std::string describe(const AcceleratorState&) const override {
+    return "DDP";
+  }
   void before_forward(AcceleratorState& st, ModelEntry& model) override;
   void after_forward(
       AcceleratorState& st,

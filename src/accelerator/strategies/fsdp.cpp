@@ -3,12 +3,15 @@
 // and backward and whose gradients are reduce-scattered into the shards;
 // each optimizer steps its model's shards. Also in one process.
 #include <iostream>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "accelerator/state.h"
 #include "accelerator/strategies/strategy.h"
+#include "ampkit/checkpoint/model_io.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::detail {
 namespace {
@@ -218,6 +221,178 @@ class FsdpStrategy : public Strategy {
       const ModelEntry& model) const override {
     return model.fsdp ? model.fsdp->units_not_entered()
                       : std::vector<std::string>();
+  }
+
+  std::string describe(const AcceleratorState&) const override {
+    return "FSDP";
+  }
+
+  bool saves_model_shards(const ModelEntry& model) const override {
+    return model.fsdp && model.fsdp->options().state_dict_type() ==
+                             dist::StateDictType::sharded_state_dict;
+  }
+
+  // SHARDED_STATE_DICT: this process's shard of each flat buffer, with
+  // their layout in the safetensors metadata, and the module's buffers
+  // (running statistics and the like) whole, by name.
+  std::string encode_model_shards(const ModelEntry& model) const override {
+    auto saved = model.fsdp->local_shards();
+    for (const auto& b : model.module->named_buffers()) {
+      saved.tensors.emplace_back(b.key(), b.value());
+    }
+    saved.layout["format"] = "pt";
+    return checkpoint::encode_safetensors(saved.tensors, saved.layout);
+  }
+
+  // FULL_STATE_DICT: gathered buffer by buffer into temporaries, never the
+  // whole model at once; every process takes part, those that write keep
+  // the values.
+  checkpoint::NamedTensors full_model_state(
+      AcceleratorState& st, ModelEntry& model, bool keep) override {
+    checkpoint::NamedTensors out;
+    for (auto& [name, value] : st.collective(
+             "FSDP gathering the weights to save",
+             [&] { return model.fsdp->full_parameters(keep); })) {
+      out.emplace_back(name, value);
+    }
+    if (keep) {
+      for (const auto& b : model.module->named_buffers()) {
+        out.emplace_back(b.key(), b.value());
+      }
+    }
+    return out;
+  }
+
+  // Each process cuts its shards parameter by parameter, gathering
+  // nothing.
+  ModelLoad model_load_from_full(
+      const ModelEntry& model,
+      checkpoint::NamedTensors state,
+      std::string origin) const override {
+    ModelLoad out;
+    out.origin = std::move(origin);
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (auto& [name, shape] : model.fsdp->parameter_shapes()) {
+      shapes[name] = std::move(shape);
+    }
+    checkpoint::check_model_state(*model.module, state, out.origin, shapes);
+    out.shards = model.fsdp->shards_from_full(state);
+    for (auto& [name, t] : state) {
+      if (shapes.count(name) == 0) {
+        out.tensors.emplace_back(name, std::move(t));
+      }
+    }
+    return out;
+  }
+
+  bool loads_model_shards() const override {
+    return true;
+  }
+
+  // The module's buffers come from process `buffers_from`'s file, which is
+  // read in any case.
+  ModelLoad model_load_from_shards(
+      const ModelEntry& model,
+      int64_t saved_processes,
+      int64_t buffers_from,
+      std::string origin,
+      const std::function<checkpoint::Safetensors(int64_t)>& read)
+      const override {
+    ModelLoad load;
+    load.origin = std::move(origin);
+    load.shards =
+        model.fsdp->shards_from_saved(saved_processes, [&](int64_t q) {
+          auto saved = read(q);
+          if (q == buffers_from) {
+            load.tensors = saved_buffers(model, saved.tensors, load.origin);
+          }
+          return dist::FullyShardedModel::SavedShards{
+              std::move(saved.tensors), std::move(saved.metadata)};
+        });
+    return load;
+  }
+
+  void apply_model_load(ModelEntry& model, ModelLoad& load) override {
+    model.fsdp->load_shards(load.shards);
+    torch::NoGradGuard no_grad;
+    for (auto& b : model.module->named_buffers()) {
+      for (const auto& [name, t] : load.tensors) {
+        if (name == b.key()) {
+          b.value().copy_(t);
+        }
+      }
+    }
+  }
+
+  // One shard file per process.
+  checkpoint::Manifest::Partition optimizer_partition(
+      const AcceleratorState& st,
+      const PreparedOptimizerEntry&) const override {
+    checkpoint::Manifest::Partition p;
+    p.zero_stage = 3;
+    for (int64_t r = 0; r <= st.num_processes; ++r) {
+      p.boundaries.push_back(r);
+    }
+    return p;
+  }
+
+  void load_repartitioned(
+      AcceleratorState&,
+      PreparedOptimizerEntry& entry,
+      const checkpoint::Manifest::Partition& saved,
+      const std::function<void(int64_t)>& load) override {
+    entry.fsdp->load_resharded(
+        *entry.optimizer,
+        static_cast<int64_t>(saved.boundaries.size()) - 1,
+        load);
+  }
+
+  void check_accelerate_format(
+      const AcceleratorState& st, bool saving) const override {
+    if (saving && !st.optimizers.empty()) {
+      throw UsageError(
+          component::kAccelerator,
+          "save_state(dir, SaveFormat::accelerate) writes whole optimizer "
+          "states, and the prepared optimizers step FSDP's shards. Save in "
+          "ampkit's format (the default); save_model writes the whole "
+          "model's weights for Python.");
+    }
+    if (!saving && !st.models.empty()) {
+      throw UsageError(
+          component::kAccelerator,
+          "load_state of accelerate's folder under FSDP: its optimizer "
+          "state is whole, and the prepared optimizers step FSDP's shards. "
+          "Load the weights with load_model (it takes model.safetensors), "
+          "or resume the folder without FSDP.");
+    }
+  }
+
+ private:
+  // The module's buffers, each in its shape, from one process's file.
+  static checkpoint::NamedTensors saved_buffers(
+      const ModelEntry& model,
+      const checkpoint::NamedTensors& saved,
+      const std::string& origin) {
+    checkpoint::NamedTensors out;
+    for (const auto& b : model.module->named_buffers()) {
+      bool found = false;
+      for (const auto& [key, t] : saved) {
+        if (key == b.key() && t.sizes() == b.value().sizes()) {
+          out.emplace_back(key, t);
+          found = true;
+        }
+      }
+      if (!found) {
+        throw InvalidArgument(
+            component::kAccelerator,
+            str(origin,
+                " lacks buffer '",
+                b.key(),
+                "' in its shape; nothing was loaded. Resume with the model "
+                "it was saved from."));
+      }
+    }
+    return out;
   }
 };
 

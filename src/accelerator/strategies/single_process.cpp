@@ -9,6 +9,9 @@ class SingleProcessStrategy : public Strategy {
  public:
   void setup_module(AcceleratorState&, ModelEntry&) override {}
   void setup_optimizer(AcceleratorState&, PreparedOptimizerEntry&) override {}
+  std::string describe(const AcceleratorState&) const override {
+    return "one process";
+  }
 };
 
 }  // namespace

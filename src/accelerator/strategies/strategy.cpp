@@ -2,9 +2,13 @@
 // factory that picks one strategy from the resolved options.
 #include "accelerator/strategies/strategy.h"
 
+#include <stdexcept>
+
 #include "accelerator/state.h"
 #include "ampkit/accelerator/options.h"
+#include "ampkit/checkpoint/model_io.h"
 #include "ampkit/optim/zero.h"
+#include "utils/strings.h"
 
 namespace ampkit::detail {
 
@@ -61,6 +65,66 @@ int64_t Strategy::gradient_bytes(
     const PreparedOptimizerEntry& optimizer) const {
   return optim::gradient_bytes(optimizer_parameters(optimizer));
 }
+
+bool Strategy::saves_model_shards(const ModelEntry&) const {
+  return false;
+}
+
+std::string Strategy::encode_model_shards(const ModelEntry&) const {
+  throw std::logic_error(
+      "ampkit: encode_model_shards of a strategy that saves whole models");
+}
+
+checkpoint::NamedTensors Strategy::full_model_state(
+    AcceleratorState&, ModelEntry& model, bool keep) {
+  return keep ? checkpoint::model_state(*model.module)
+              : checkpoint::NamedTensors{};
+}
+
+ModelLoad Strategy::model_load_from_full(
+    const ModelEntry& model,
+    checkpoint::NamedTensors state,
+    std::string origin) const {
+  checkpoint::check_model_state(*model.module, state, origin);
+  return ModelLoad{std::move(state), {}, std::move(origin)};
+}
+
+bool Strategy::loads_model_shards() const {
+  return false;
+}
+
+ModelLoad Strategy::model_load_from_shards(
+    const ModelEntry&,
+    int64_t,
+    int64_t,
+    std::string,
+    const std::function<checkpoint::Safetensors(int64_t)>&) const {
+  throw std::logic_error(
+      "ampkit: model_load_from_shards of a strategy that loads whole models");
+}
+
+void Strategy::apply_model_load(ModelEntry& model, ModelLoad& load) {
+  checkpoint::load_model_state(*model.module, load.tensors, load.origin);
+}
+
+checkpoint::Manifest::Partition Strategy::optimizer_partition(
+    const AcceleratorState&, const PreparedOptimizerEntry&) const {
+  return {};
+}
+
+void Strategy::load_repartitioned(
+    AcceleratorState&,
+    PreparedOptimizerEntry&,
+    const checkpoint::Manifest::Partition& saved,
+    const std::function<void(int64_t)>&) {
+  throw std::logic_error(
+      str("ampkit: load_repartitioned of a whole optimizer (saved with "
+          "zero_stage ",
+          saved.zero_stage,
+          ")"));
+}
+
+void Strategy::check_accelerate_format(const AcceleratorState&, bool) const {}
 
 void agree_on_found_inf(AcceleratorState& st) {
   if (st.scaler && st.group) {

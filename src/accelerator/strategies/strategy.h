@@ -8,10 +8,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "ampkit/checkpoint/checkpoint_dir.h"
+#include "ampkit/checkpoint/safetensors.h"
 
 namespace ampkit {
 struct ResolvedAcceleratorOptions;
@@ -22,6 +26,15 @@ namespace ampkit::detail {
 struct AcceleratorState;
 struct ModelEntry;
 struct PreparedOptimizerEntry;
+
+/// A model's weights as load_state and load_model read them, checked
+/// before anything changes (Strategy::model_load_*), then set by
+/// Strategy::apply_model_load.
+struct ModelLoad {
+  checkpoint::NamedTensors tensors;  // whole; under FSDP its buffers only
+  std::vector<at::Tensor> shards;    // FSDP: this process's flat shards
+  std::string origin;                // the file, for messages
+};
 
 /// Where the gradients of some parameters are when a strategy shards them:
 /// this process's parts of the shard gradients, and the gradients no shard
@@ -93,6 +106,60 @@ class Strategy {
   virtual void zero_grad(PreparedOptimizerEntry& optimizer, bool set_to_none);
   /// The bytes of the gradients the optimizer steps on.
   virtual int64_t gradient_bytes(const PreparedOptimizerEntry& optimizer) const;
+
+  // Checkpoints (accelerator/checkpointing.cpp): how each model's and
+  // optimizer's state is laid out over the processes, taken apart to save
+  // and put together again to load. The defaults are a whole model and a
+  // whole optimizer, saved by the writer and the same on every process.
+
+  /// How the run is spread, for messages: "FSDP", "zero_stage 2", ...
+  virtual std::string describe(const AcceleratorState& st) const = 0;
+  /// Whether each process saves its own file of `model`'s weights (FSDP's
+  /// SHARDED_STATE_DICT) rather than the writer one whole file.
+  virtual bool saves_model_shards(const ModelEntry& model) const;
+  /// This process's file of `model` when saves_model_shards (safetensors).
+  virtual std::string encode_model_shards(const ModelEntry& model) const;
+  /// `model`'s whole weights to save: a collective where they are
+  /// sharded; empty where `keep` is false (a process that writes nothing).
+  virtual checkpoint::NamedTensors full_model_state(
+      AcceleratorState& st, ModelEntry& model, bool keep);
+  /// From whole weights (a FULL_STATE_DICT or save_model's files).
+  virtual ModelLoad model_load_from_full(
+      const ModelEntry& model,
+      checkpoint::NamedTensors state,
+      std::string origin) const;
+  /// Whether model_load_from_shards can take the per-process files that
+  /// saves_model_shards writes.
+  virtual bool loads_model_shards() const;
+  /// From the per-process files `saved_processes` processes saved
+  /// (`read(q)`: process q's); the buffers come from `buffers_from`'s.
+  virtual ModelLoad model_load_from_shards(
+      const ModelEntry& model,
+      int64_t saved_processes,
+      int64_t buffers_from,
+      std::string origin,
+      const std::function<checkpoint::Safetensors(int64_t)>& read) const;
+  virtual void apply_model_load(ModelEntry& model, ModelLoad& load);
+
+  /// How `optimizer`'s state is split over the processes (zero_stage 0 and
+  /// no boundaries: whole, one file the writer saves; else one file per
+  /// process, each its shard).
+  virtual checkpoint::Manifest::Partition optimizer_partition(
+      const AcceleratorState& st,
+      const PreparedOptimizerEntry& optimizer) const;
+  /// Loads a state saved with the same stage at other boundaries (another
+  /// process count): `load(q)` loads saved process q's file into the
+  /// optimizer; the shards are joined and split again for this process.
+  virtual void load_repartitioned(
+      AcceleratorState& st,
+      PreparedOptimizerEntry& optimizer,
+      const checkpoint::Manifest::Partition& saved,
+      const std::function<void(int64_t)>& load);
+  /// Refuses, naming why and what to do instead, what accelerate's folder
+  /// format cannot hold under this strategy (`saving`: save_state with
+  /// SaveFormat::accelerate, else load_state of accelerate's folder).
+  virtual void check_accelerate_format(
+      const AcceleratorState& st, bool saving) const;
 };
 
 /// Shared by the strategies' norms (accelerator/clipping.cpp): one

@@ -8,6 +8,7 @@
 #include "accelerator/state.h"
 #include "accelerator/strategies/ddp.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 
 namespace ampkit::detail {
 namespace {
@@ -157,6 +158,39 @@ class ZeroStrategy : public DdpStrategy {
 
   int64_t gradient_bytes(const PreparedOptimizerEntry& entry) const override {
     return entry.sharded->gradient_bytes();
+  }
+
+  std::string describe(const AcceleratorState& st) const override {
+    return str("zero_stage ", st.options.zero_stage);
+  }
+
+  // Each process saves its shard, at these boundaries.
+  checkpoint::Manifest::Partition optimizer_partition(
+      const AcceleratorState&,
+      const PreparedOptimizerEntry& entry) const override {
+    return {entry.sharded->stage(), entry.sharded->boundaries()};
+  }
+
+  void load_repartitioned(
+      AcceleratorState&,
+      PreparedOptimizerEntry& entry,
+      const checkpoint::Manifest::Partition& saved,
+      const std::function<void(int64_t)>& load) override {
+    entry.sharded->load_resplit(saved.boundaries, load);
+  }
+
+  void check_accelerate_format(
+      const AcceleratorState& st, bool saving) const override {
+    if (saving && !st.optimizers.empty()) {
+      throw UsageError(
+          component::kAccelerator,
+          str("save_state(dir, SaveFormat::accelerate) writes whole "
+              "optimizer states, and the prepared optimizers are sharded by "
+              "ZeRO (zero_stage ",
+              st.options.zero_stage,
+              "). Save in ampkit's format (the default), or train without "
+              "ZeRO to hand the run to Python."));
+    }
   }
 
   void after_backward(AcceleratorState& st) override {

@@ -24,8 +24,10 @@ struct NetImpl : torch::nn::Module {
   NetImpl()
       : fc1(register_module("fc1", torch::nn::Linear(8, 16))),
         fc2(register_module("fc2", torch::nn::Linear(16, 1))) {}
+  // fc1 runs through fsdp_forward: under the "fsdp" scenarios' wrap policy
+  // it is a unit (its own forward otherwise).
   torch::Tensor forward(const torch::Tensor& x) {
-    return fc2(torch::relu(fc1(x)));
+    return fc2(torch::relu(ampkit::dist::fsdp_forward(fc1, x)));
   }
   torch::nn::Linear fc1, fc2;
 };
@@ -57,23 +59,76 @@ ampkit::AcceleratorOptions base_options() {
       std::chrono::seconds(20));
 }
 
+// The parameters' full values: under FSDP, whose parameters hold nothing
+// between uses, gathered for the copy (summon_full_params). Every process
+// must call it.
+std::vector<torch::Tensor> full_weights(
+    ampkit::Accelerator& accelerator, Net& net) {
+  const auto full = accelerator.summon_full_params();
+  std::vector<torch::Tensor> params;
+  for (auto& p : net->parameters()) {
+    params.push_back(p.detach().clone());
+  }
+  return params;
+}
+
 // Every process must hold the same weights; rank 0 saves them to `out`.
 int same_weights_saved(
     ampkit::Accelerator& accelerator, Net& net, const std::string& out) {
-  for (auto& p : net->parameters()) {
-    auto all = accelerator.gather(p.detach().unsqueeze(0));
+  const auto params = full_weights(accelerator, net);
+  for (const auto& p : params) {
+    auto all = accelerator.gather(p.unsqueeze(0));
     for (int64_t r = 1; r < accelerator.num_processes(); ++r) {
       CHECK_OR_FAIL(all[r].equal(all[0]), "parameters differ between ranks");
     }
   }
   if (accelerator.is_main_process()) {
-    std::vector<torch::Tensor> params;
-    for (auto& p : net->parameters()) {
-      params.push_back(p.detach().clone());
-    }
     torch::save(params, out);
   }
   accelerator.wait_for_everyone();
+  return 0;
+}
+
+// The FSDP options of the "fsdp" scenarios: `strategy` by accelerate's name
+// (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD; DDP: no FSDP), units by size
+// (SIZE_BASED_WRAP with 100 parameters: fc1, with 144, is a unit; fc2, with
+// 17, is left to the root) and `state_dict` (FULL_STATE_DICT or
+// SHARDED_STATE_DICT) for save_state.
+std::optional<ampkit::dist::FsdpOptions> fsdp_options(
+    const std::string& strategy,
+    const std::string& state_dict = "FULL_STATE_DICT") {
+  if (strategy == "DDP") {
+    return std::nullopt;
+  }
+  return ampkit::dist::FsdpOptions()
+      .strategy(ampkit::dist::parse_sharding_strategy(strategy))
+      .min_num_params(100)
+      .state_dict_type(ampkit::dist::parse_state_dict_type(state_dict));
+}
+
+// After prepare under `fsdp` (fsdp_options'): fc1 is a unit and fc2 the
+// root's, and with a sharding strategy no parameter holds values between
+// uses (each process keeps only its shards). Nothing to check without FSDP.
+int check_fsdp_units(
+    Net& net, const std::optional<ampkit::dist::FsdpOptions>& fsdp) {
+  if (!fsdp) {
+    return 0;
+  }
+  CHECK_OR_FAIL(
+      ampkit::dist::detail::fsdp_unit_of(*net->fc1) != nullptr,
+      "FSDP did not make fc1 (144 parameters) a unit");
+  CHECK_OR_FAIL(
+      ampkit::dist::detail::fsdp_unit_of(*net->fc2) == nullptr,
+      "FSDP made fc2 (17 parameters) a unit instead of leaving it to the "
+      "root");
+  if (fsdp->strategy() != ampkit::dist::ShardingStrategy::no_shard) {
+    for (const auto& p : net->named_parameters()) {
+      CHECK_OR_FAIL(
+          p.value().numel() == 0,
+          p.key() + " holds its values between uses under " +
+              ampkit::dist::to_string(fsdp->strategy()));
+    }
+  }
   return 0;
 }
 
@@ -125,19 +180,22 @@ int train(
 // put into rank 1's local gradient of fc1.weight[0][0] at step 5 (rank 0's
 // shard under ZeRO: only the agreed found_inf makes rank 1 skip too). Rank
 // 0 saves the final parameters to `out`; every rank prints its optimizer
-// state and gradient bytes at the last step.
+// state and gradient bytes at the last step. With `fsdp` (stage 0, no
+// `inject`) the same training under FSDP (fsdp_options).
 int zero_train(
     const std::string& out,
     int64_t stage,
     int64_t accumulation,
     const std::string& precision,
     double clip,
-    bool inject) {
+    bool inject,
+    const std::optional<ampkit::dist::FsdpOptions>& fsdp = std::nullopt) {
   ampkit::Accelerator accelerator(
       base_options()
           .mixed_precision(precision)
           .gradient_accumulation_steps(accumulation)
           .zero_stage(stage)
+          .fsdp(fsdp)
           // Buckets of about 100 bytes: DDP's all-reduce and ZeRO-2's
           // reduce-scatter run bucket by bucket during backward, some
           // buckets within one process's shard, one across the boundary.
@@ -150,6 +208,10 @@ int zero_train(
   torch::optim::AdamW adamw(
       net->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
   auto [model, optimizer] = accelerator.prepare(net, adamw);
+  const int units = check_fsdp_units(net, fsdp);
+  if (units != 0) {
+    return units;
+  }
   const int64_t w = accelerator.num_processes();
   const int64_t rank = accelerator.process_index();
   const int64_t global = 16;
@@ -385,44 +447,79 @@ int flat_collectives() {
   return 0;
 }
 
+// Steps [from, to) of the resume scenarios: AdamW on global batch `step`
+// of 16, each process taking its part.
+template <typename Model, typename Optimizer>
+void resume_steps(
+    ampkit::Accelerator& accelerator,
+    Model& model,
+    Optimizer& optimizer,
+    int64_t from,
+    int64_t to) {
+  const int64_t w = accelerator.num_processes();
+  const int64_t rank = accelerator.process_index();
+  for (int64_t step = from; step < to; ++step) {
+    auto [x, y] = global_batch(step, 16);
+    x = x.narrow(0, rank * 16 / w, 16 / w);
+    y = y.narrow(0, rank * 16 / w, 16 / w);
+    accelerator.backward(torch::mse_loss(model(x), y));
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+}
+
 // save_state at step 5 of 10, train on, load_state and train steps 5-10
 // again: the same weights bit for bit, so the optimizer shards (AdamW's
 // moments) came back exactly; save_model then writes the full weights,
-// which one process loads.
-int zero_resume(const std::string& dir, int64_t stage) {
-  ampkit::Accelerator accelerator(base_options().zero_stage(stage));
+// which one process loads. The checkpoint stays in DIR/zero_checkpoint_S.
+// With `fsdp` (stage 0) the same under FSDP, in DIR/fsdp_checkpoint_TAG:
+// each process's optimizer shard, and the model whole (FULL_STATE_DICT)
+// or as each process's shards (SHARDED_STATE_DICT), which is checked.
+int zero_resume(
+    const std::string& dir,
+    int64_t stage,
+    const std::optional<ampkit::dist::FsdpOptions>& fsdp = std::nullopt,
+    const std::string& tag = "") {
+  ampkit::Accelerator accelerator(base_options().zero_stage(stage).fsdp(fsdp));
   torch::manual_seed(1);
   Net net;
   torch::optim::AdamW adamw(net->parameters(), 1e-2);
   auto [model, optimizer] = accelerator.prepare(net, adamw);
-  const int64_t w = accelerator.num_processes();
-  const int64_t rank = accelerator.process_index();
-  auto train_steps = [&](int64_t from, int64_t to) {
-    for (int64_t step = from; step < to; ++step) {
-      auto [x, y] = global_batch(step, 16);
-      x = x.narrow(0, rank * 16 / w, 16 / w);
-      y = y.narrow(0, rank * 16 / w, 16 / w);
-      accelerator.backward(torch::mse_loss(model(x), y));
-      optimizer.step();
-      optimizer.zero_grad();
-    }
-  };
-  auto weights = [&] {
-    std::vector<torch::Tensor> out;
-    for (auto& p : net->parameters()) {
-      out.push_back(p.detach().clone());
-    }
-    return out;
-  };
-  train_steps(0, 5);
-  const std::string checkpoint =
-      dir + "/zero_checkpoint_" + std::to_string(stage);
+  const int units = check_fsdp_units(net, fsdp);
+  if (units != 0) {
+    return units;
+  }
+  const std::string kind = fsdp ? "fsdp" : "zero";
+  const std::string label = fsdp ? tag : std::to_string(stage);
+  const std::string checkpoint = dir + "/" + kind + "_checkpoint_" + label;
+  resume_steps(accelerator, model, optimizer, 0, 5);
   accelerator.save_state(checkpoint);
-  train_steps(5, 10);
-  const auto first = weights();
+  if (fsdp) {
+    const std::string own = "model_rank" +
+                            std::to_string(accelerator.process_index()) +
+                            ".safetensors";
+    const bool has_whole =
+        std::ifstream(checkpoint + "/model.safetensors").good();
+    const bool has_own = std::ifstream(checkpoint + "/" + own).good();
+    if (fsdp->state_dict_type() ==
+        ampkit::dist::StateDictType::sharded_state_dict) {
+      CHECK_OR_FAIL(
+          has_own && !has_whole,
+          "SHARDED_STATE_DICT: the checkpoint should hold " + own +
+              " and no model.safetensors");
+    } else {
+      CHECK_OR_FAIL(
+          has_whole && !has_own,
+          "FULL_STATE_DICT: the checkpoint should hold model.safetensors "
+          "and no " +
+              own);
+    }
+  }
+  resume_steps(accelerator, model, optimizer, 5, 10);
+  const auto first = full_weights(accelerator, net);
   accelerator.load_state(checkpoint);
-  train_steps(5, 10);
-  const auto second = weights();
+  resume_steps(accelerator, model, optimizer, 5, 10);
+  const auto second = full_weights(accelerator, net);
   for (size_t i = 0; i < first.size(); ++i) {
     CHECK_OR_FAIL(
         first[i].equal(second[i]),
@@ -436,7 +533,7 @@ int zero_resume(const std::string& dir, int64_t stage) {
                     : "lacks")
             << " optimizer_partitions" << std::endl;
   // save_model writes the full weights, which one process loads.
-  const std::string model_dir = dir + "/zero_model_" + std::to_string(stage);
+  const std::string model_dir = dir + "/" + kind + "_model_" + label;
   accelerator.save_model(model, model_dir);
   if (accelerator.is_main_process()) {
     Net single;
@@ -450,6 +547,39 @@ int zero_resume(const std::string& dir, int64_t stage) {
     }
   }
   return 0;
+}
+
+// load_state of the checkpoint zero_resume wrote at step 5 on another
+// number of processes (under FSDP each buffer's saved shards joined and
+// split again for this count), then steps 5 to 10; rank 0 saves the final
+// weights to `out`.
+int resume_on(
+    const std::string& out,
+    const std::string& checkpoint,
+    const std::optional<ampkit::dist::FsdpOptions>& fsdp) {
+  ampkit::Accelerator accelerator(base_options().fsdp(fsdp));
+  torch::manual_seed(2);  // not the saving run's: the weights are loaded
+  Net net;
+  torch::optim::AdamW adamw(net->parameters(), 1e-2);
+  auto [model, optimizer] = accelerator.prepare(net, adamw);
+  const int units = check_fsdp_units(net, fsdp);
+  if (units != 0) {
+    return units;
+  }
+  const auto fresh = full_weights(accelerator, net);
+  accelerator.load_state(checkpoint);
+  CHECK_OR_FAIL(
+      accelerator.optimizer_steps() == 5,
+      "resumed at optimizer step " +
+          std::to_string(accelerator.optimizer_steps()) + ", not 5");
+  const auto loaded = full_weights(accelerator, net);
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    CHECK_OR_FAIL(
+        !loaded[i].equal(fresh[i]),
+        "load_state left parameter " + std::to_string(i) + " as it was");
+  }
+  resume_steps(accelerator, model, optimizer, 5, 10);
+  return same_weights_saved(accelerator, net, out);
 }
 
 // A dataset of its own indices.
@@ -1388,6 +1518,26 @@ int main(int argc, char** argv) {
     if (scenario == "zero_resume" && argc == 4) {
       return zero_resume(argv[2], std::stoll(argv[3]));
     }
+    if (scenario == "fsdp" && argc == 6) {
+      return zero_train(
+          argv[2],
+          0,
+          std::stoll(argv[4]),
+          "no",
+          std::stod(argv[5]),
+          false,
+          fsdp_options(argv[3]));
+    }
+    if (scenario == "fsdp_resume" && argc == 5) {
+      return zero_resume(
+          argv[2],
+          0,
+          fsdp_options(argv[3], argv[4]),
+          std::string(argv[3]) + "_" + argv[4]);
+    }
+    if (scenario == "resume_on" && argc == 6) {
+      return resume_on(argv[2], argv[3], fsdp_options(argv[4], argv[5]));
+    }
     if (scenario == "metrics") {
       return metrics();
     }
@@ -1456,6 +1606,9 @@ int main(int argc, char** argv) {
          "[plain|view|static]] | "
          "zero OUT STAGE ACCUMULATION PRECISION CLIP inject|no | "
          "zero_resume DIR STAGE | "
+         "fsdp OUT DDP|FULL_SHARD|SHARD_GRAD_OP|NO_SHARD ACCUMULATION CLIP | "
+         "fsdp_resume DIR STRATEGY FULL_STATE_DICT|SHARDED_STATE_DICT | "
+         "resume_on OUT CHECKPOINT DDP|STRATEGY STATE_DICT | "
          "metrics | micro_steps | no_sync | unused | unused_allowed | "
          "unused_static_graph | counted_items ZERO_STAGE | streams | "
          "rank_hangs | "

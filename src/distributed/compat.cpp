@@ -1,4 +1,4 @@
-#include "dist/compat.h"
+#include "distributed/compat.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef USE_C10D_NCCL

@@ -1,6 +1,6 @@
 // The single-node rendezvous: a FileStore in a private (0700) directory,
 // and the marker that tells the ranks of this run where it is.
-#include "dist/file_rendezvous.h"
+#include "distributed/file_rendezvous.h"
 
 #include <dirent.h>
 #include <fcntl.h>

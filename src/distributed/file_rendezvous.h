@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "ampkit/dist/env.h"
+#include "ampkit/distributed/env.h"
 
 namespace ampkit::dist::detail {
 

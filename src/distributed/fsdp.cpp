@@ -1,5 +1,5 @@
 // FSDP: flat, sharded units driven by an autograd Function (see fsdp.h).
-#include "ampkit/dist/fsdp.h"
+#include "ampkit/distributed/fsdp.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>

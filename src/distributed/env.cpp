@@ -1,4 +1,4 @@
-#include "ampkit/dist/env.h"
+#include "ampkit/distributed/env.h"
 
 #include <cerrno>
 #include <cstdlib>

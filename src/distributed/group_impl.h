@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/process_group.h"
 
 namespace ampkit::dist {
 

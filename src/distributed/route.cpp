@@ -1,5 +1,5 @@
 // route_toward: the local end of the kernel's route toward a host.
-#include "dist/route.h"
+#include "distributed/route.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ampkit/dist/env.h"
+#include "ampkit/distributed/env.h"
 
 namespace ampkit::dist::detail {
 

@@ -4,7 +4,7 @@
 # with `ampkit launch --num_machines 2` and no GLOO_SOCKET_IFNAME. ampkit
 # must find the interface toward the master by itself, train, and end with
 # the weights of a one-machine two-process run of the same command. Then
-# the launchers' agreement (dist/agent.h), with small workers in bash:
+# the launchers' agreement (distributed/agent.h), with small workers in bash:
 #  - a machine that never comes is named by the other after --join_timeout;
 #  - a worker failing on machine 1 stops machine 0's workers at once, and
 #    with --max_restarts 1 both machines restart together and finish;

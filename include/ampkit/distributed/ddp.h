@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/process_group.h"
 
 namespace ampkit::dist {
 

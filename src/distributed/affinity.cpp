@@ -1,5 +1,5 @@
 // enable_cpu_affinity's plan: cores split per worker, near its GPU if any.
-#include "dist/affinity.h"
+#include "distributed/affinity.h"
 
 #include <sched.h>
 

@@ -1,4 +1,4 @@
-#include "ampkit/dist/launcher.h"
+#include "ampkit/distributed/launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,9 +26,9 @@
 #include <thread>
 
 #include "ampkit/error.h"
-#include "dist/affinity.h"
-#include "dist/agent.h"
-#include "dist/file_rendezvous.h"
+#include "distributed/affinity.h"
+#include "distributed/agent.h"
+#include "distributed/file_rendezvous.h"
 #include "utils/components.h"
 #include "utils/strings.h"
 

@@ -1,4 +1,4 @@
-#include "ampkit/dist/process_group.h"
+#include "ampkit/distributed/process_group.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -22,10 +22,10 @@
 
 #include "ampkit/error.h"
 #include "ampkit/utils/warnings.h"
-#include "dist/compat.h"
-#include "dist/file_rendezvous.h"
-#include "dist/group_impl.h"
-#include "dist/route.h"
+#include "distributed/compat.h"
+#include "distributed/file_rendezvous.h"
+#include "distributed/group_impl.h"
+#include "distributed/route.h"
 #include "utils/components.h"
 #include "utils/strings.h"
 
@@ -187,7 +187,7 @@ ProcessGroup::ProcessGroup(
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(env.master_port);
     // Under `ampkit launch` on several machines, machine 0's launcher holds
-    // the store (dist/agent.h) and every worker is a client of it.
+    // the store (distributed/agent.h) and every worker is a client of it.
     const char* agent_round = std::getenv("AMPKIT_AGENT_STORE");
     const bool agent_store = agent_round != nullptr && *agent_round != '\0';
     o.isServer = env.rank == 0 && !agent_store;

@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "ampkit/dist/env.h"
+#include "ampkit/distributed/env.h"
 #include "ampkit/error.h"
 
 namespace {

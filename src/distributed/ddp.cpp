@@ -1,4 +1,4 @@
-#include "ampkit/dist/ddp.h"
+#include "ampkit/distributed/ddp.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "ampkit/error.h"
-#include "dist/compat.h"
-#include "dist/group_impl.h"
+#include "distributed/compat.h"
+#include "distributed/group_impl.h"
 #include "utils/components.h"
 #include "utils/strings.h"
 

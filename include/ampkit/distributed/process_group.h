@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ampkit/dist/env.h"
+#include "ampkit/distributed/env.h"
 
 namespace ampkit::dist {
 

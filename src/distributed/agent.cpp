@@ -1,5 +1,5 @@
 // Agent: join, heartbeat and failure keys on the launchers' TCPStore.
-#include "dist/agent.h"
+#include "distributed/agent.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ampkit/error.h"
-#include "dist/compat.h"
-#include "dist/file_rendezvous.h"
+#include "distributed/compat.h"
+#include "distributed/file_rendezvous.h"
 #include "utils/components.h"
 #include "utils/strings.h"
 
