@@ -300,15 +300,30 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
   return o;
 }
 
-ResolvedAcceleratorOptions resolve_options(
+namespace {
+
+// Where each resolved setting came from, as the start-up table shows it.
+struct Sources {
+  std::string device;
+  std::string precision_value;
+  std::string precision;
+  std::string accumulation;
+  std::string scaling;
+  std::string log_with;
+  std::string debug;
+  std::string zero;
+  std::string fsdp;
+  std::string clipping;
+};
+
+// --cpu, else the current CUDA device when there is one (a launched
+// process's GPU is its local rank's: resolve_distributed).
+void resolve_device(
     const AcceleratorOptions& options,
     const EnvLookup& env,
-    const Capabilities& caps) {
-  ResolvedAcceleratorOptions r;
-  auto add = [&r](std::string name, std::string value, std::string source) {
-    r.rows.push_back({std::move(name), std::move(value), std::move(source)});
-  };
-
+    const Capabilities& caps,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   const Picked<bool> cpu = pick_cpu(options, env);
   r.cpu = cpu.value;
   if (!r.cpu && caps.cuda_available) {
@@ -316,15 +331,24 @@ ResolvedAcceleratorOptions resolve_options(
         c10::DeviceType::CUDA,
         static_cast<c10::DeviceIndex>(caps.current_cuda_device));
   }
-  const std::string device_source =
+  s.device =
       r.cpu ? "cpu (" + cpu.source + ")"
             : (caps.cuda_available ? "CUDA is available" : "no CUDA device");
+}
 
+// mixed_precision, "auto" decided now or timed on the model, checked
+// against the device.
+void resolve_precision(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    const Capabilities& caps,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   const Picked<Precision> precision = pick_precision(options, env);
   r.requested_precision = precision.value;
   r.mixed_precision = precision.value;
-  std::string precision_value = to_string(precision.value);
-  std::string precision_source = precision.source;
+  s.precision_value = to_string(precision.value);
+  s.precision = precision.source;
   // On a GPU with bf16 (compute capability >= 8.0) fp32 and bf16 are both
   // plausible (a small model can be slower in bf16, as on a CPU), so both
   // are timed on the model. fp16 (older GPUs) needs loss scaling from the
@@ -353,14 +377,14 @@ ResolvedAcceleratorOptions resolve_options(
     }
     r.auto_precision_reason =
         "decided at the model's first forward (" + names + " timed on it)";
-    precision_value = "auto -> measured on the model";
-    precision_source += "; " + r.auto_precision_reason;
+    s.precision_value = "auto -> measured on the model";
+    s.precision += "; " + r.auto_precision_reason;
   } else if (precision.value == Precision::automatic) {
     const PrecisionChoice choice = auto_precision(r.device.type(), caps);
     r.mixed_precision = choice.precision;
     r.auto_precision_reason = choice.reason;
-    precision_value = "auto -> " + to_string(choice.precision);
-    precision_source += "; " + choice.reason;
+    s.precision_value = "auto -> " + to_string(choice.precision);
+    s.precision += "; " + choice.reason;
   }
   if (r.mixed_precision != Precision::no) {
     if (auto reason = autocast_unsupported_reason(
@@ -372,20 +396,23 @@ ResolvedAcceleratorOptions resolve_options(
               *reason);
     }
   }
+}
 
-  const Picked<int64_t> accumulation = pick_accumulation(options, env);
-  r.gradient_accumulation_steps = accumulation.value;
-
+// The GradScaler: on for fp16 unless told otherwise.
+void resolve_loss_scaling(
+    const AcceleratorOptions& options,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   r.grad_scaler = options.grad_scaler();
-  std::string scaling_source = "default (on for fp16 only)";
+  s.scaling = "default (on for fp16 only)";
   bool scaling = r.mixed_precision == Precision::fp16;
   if (options.loss_scaling()) {
     scaling = *options.loss_scaling();
-    scaling_source = "explicit";
+    s.scaling = "explicit";
   }
   if (scaling && !r.grad_scaler.enabled()) {
     scaling = false;
-    scaling_source = "explicit (grad_scaler.enabled false)";
+    s.scaling = "explicit (grad_scaler.enabled false)";
   }
   r.loss_scaling = scaling;
   if (r.mixed_precision == Precision::fp16 && !r.loss_scaling) {
@@ -394,7 +421,14 @@ ResolvedAcceleratorOptions resolve_options(
         "smallest value (6e-8) become zero. Leave loss_scaling unset to use "
         "the GradScaler.");
   }
+}
 
+// The plain options, the trackers and how often they log.
+void resolve_tracking(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   r.seed = options.seed();
   r.project_dir = options.project_dir().value_or(".");
 #define AMPKIT_COPY_OPTION(type, name, default_value) r.name = options.name();
@@ -410,6 +444,7 @@ ResolvedAcceleratorOptions resolve_options(
       options.config().origin,
       std::string());
   r.log_with = track::parse_log_with(log_with.value);
+  s.log_with = log_with.source;
   for (const auto& tracker : options.trackers()) {
     if (!tracker) {
       throw InvalidArgument(
@@ -426,7 +461,15 @@ ResolvedAcceleratorOptions resolve_options(
         "log_every_n_steps must be >= 1, got " +
             std::to_string(r.log_every_n_steps) + ". Use 1 to log every step.");
   }
+}
 
+// The launcher's variables, each process's GPU, and DDP's settings.
+void resolve_distributed(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    const Capabilities& caps,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   r.dist = dist::detect_env(env);
   if (r.dist.distributed() && r.device.is_cuda()) {
     // One GPU per process on each machine, by local rank.
@@ -467,6 +510,7 @@ ResolvedAcceleratorOptions resolve_options(
       "",
       false);
   r.debug = debug.value;
+  s.debug = debug.source;
   if (!(r.bucket_cap_mb > 0)) {
     throw InvalidArgument(
         component::kAccelerator,
@@ -478,6 +522,43 @@ ResolvedAcceleratorOptions resolve_options(
         component::kAccelerator,
         "gradient_compression must be no, bf16 or fp16, got auto.");
   }
+}
+
+// FSDP's settings: explicit, else accelerate's ACCELERATE_USE_FSDP and
+// FSDP_* variables, else the config file's fsdp_config.
+std::optional<dist::FsdpOptions> pick_fsdp(
+    const AcceleratorOptions& options, const EnvLookup& env, Sources& s) {
+  std::optional<dist::FsdpOptions> fsdp = options.fsdp();
+  s.fsdp = fsdp ? "explicit" : "default";
+  if (!fsdp) {
+    fsdp = env_fsdp(env);
+    if (fsdp) {
+      s.fsdp = "env ACCELERATE_USE_FSDP";
+    }
+  }
+  if (!fsdp && !options.config().fsdp_env.empty()) {
+    // The config's fsdp_config, read as accelerate launch would pass it.
+    const auto& pairs = options.config().fsdp_env;
+    fsdp = env_fsdp([&pairs](const std::string& name) {
+      for (const auto& [key, value] : pairs) {
+        if (key == name) {
+          return std::optional<std::string>(value);
+        }
+      }
+      return std::optional<std::string>();
+    });
+    s.fsdp = options.config().origin;
+  }
+  return fsdp;
+}
+
+// ZeRO's stage and FSDP, which exclude each other (stage 3 is FSDP's
+// FULL_SHARD) and DDP's synchronizer options.
+void resolve_sharding(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   const Picked<int64_t> zero = pick(
       options.zero_stage(),
       env,
@@ -487,33 +568,14 @@ ResolvedAcceleratorOptions resolve_options(
       options.config().origin,
       int64_t{0});
   r.zero_stage = zero.value;
+  s.zero = zero.source;
   if (r.zero_stage < 0 || r.zero_stage > 3) {
     throw InvalidArgument(
         component::kAccelerator,
         "zero_stage must be 0, 1, 2 or 3, got " + std::to_string(r.zero_stage) +
             " (" + zero.source + ").");
   }
-  r.fsdp = options.fsdp();
-  std::string fsdp_source = r.fsdp ? "explicit" : "default";
-  if (!r.fsdp) {
-    r.fsdp = env_fsdp(env);
-    if (r.fsdp) {
-      fsdp_source = "env ACCELERATE_USE_FSDP";
-    }
-  }
-  if (!r.fsdp && !options.config().fsdp_env.empty()) {
-    // The config's fsdp_config, read as accelerate launch would pass it.
-    const auto& pairs = options.config().fsdp_env;
-    r.fsdp = env_fsdp([&pairs](const std::string& name) {
-      for (const auto& [key, value] : pairs) {
-        if (key == name) {
-          return std::optional<std::string>(value);
-        }
-      }
-      return std::optional<std::string>();
-    });
-    fsdp_source = options.config().origin;
-  }
+  r.fsdp = pick_fsdp(options, env, s);
   if (r.zero_stage == 3) {
     // DeepSpeed's stage 3 is FSDP's FULL_SHARD.
     if (r.fsdp && r.fsdp->strategy() != dist::ShardingStrategy::full_shard) {
@@ -522,19 +584,19 @@ ResolvedAcceleratorOptions resolve_options(
           "zero_stage 3 (" + zero.source +
               ") is FULL_SHARD, but FSDP is "
               "set to " +
-              dist::to_string(r.fsdp->strategy()) + " (" + fsdp_source +
+              dist::to_string(r.fsdp->strategy()) + " (" + s.fsdp +
               "). Choose one.");
     }
     if (!r.fsdp) {
       r.fsdp = dist::FsdpOptions();
-      fsdp_source = "zero_stage 3 (" + zero.source + ")";
+      s.fsdp = "zero_stage 3 (" + zero.source + ")";
     }
     r.zero_stage = 0;
   } else if (r.zero_stage > 0 && r.fsdp) {
     throw InvalidArgument(
         component::kAccelerator,
         "zero_stage " + std::to_string(r.zero_stage) + " (" + zero.source +
-            ") and FSDP (" + fsdp_source +
+            ") and FSDP (" + s.fsdp +
             ") both shard the optimizer; choose one (FSDP's SHARD_GRAD_OP is "
             "zero_stage 2 with FSDP's units).");
   }
@@ -551,6 +613,13 @@ ResolvedAcceleratorOptions resolve_options(
             "in full precision when its backward ends). Leave it at its "
             "default under FSDP.");
   }
+}
+
+void resolve_clipping(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    ResolvedAcceleratorOptions& r,
+    Sources& s) {
   const Picked<double> clipping = pick(
       options.gradient_clipping(),
       env,
@@ -560,6 +629,7 @@ ResolvedAcceleratorOptions resolve_options(
       options.config().origin,
       0.0);
   r.gradient_clipping = clipping.value;
+  s.clipping = clipping.source;
   if (!(r.gradient_clipping >= 0) || std::isinf(r.gradient_clipping)) {
     throw InvalidArgument(
         component::kAccelerator,
@@ -567,6 +637,11 @@ ResolvedAcceleratorOptions resolve_options(
             format_double(r.gradient_clipping) + " (" + clipping.source +
             "). DeepSpeed configs often use 1.0.");
   }
+}
+
+// Combinations the synchronizer cannot train right, refused on every
+// LibTorch version.
+void check_synchronizer_options(const ResolvedAcceleratorOptions& r) {
   if (r.zero_stage > 0 && (r.find_unused_parameters || r.static_graph)) {
     // static_graph allows parameters without a gradient, as
     // find_unused_parameters does.
@@ -593,25 +668,64 @@ ResolvedAcceleratorOptions resolve_options(
             "static_graph(false) (the default) with accumulation, or "
             "gradient_accumulation_steps 1.");
   }
+}
+
+void check_checkpointing(const ResolvedAcceleratorOptions& r) {
   if (r.total_limit < 0) {
     throw InvalidArgument(
         component::kAccelerator,
         "total_limit must be >= 0 (0 keeps every checkpoint), got " +
             std::to_string(r.total_limit) + ".");
   }
+}
 
-  add("mixed_precision", precision_value, precision_source);
+// The fsdp row: the sharding strategy, how units are chosen, and what is
+// on.
+std::string fsdp_summary(const dist::FsdpOptions& fsdp) {
+  std::string text = dist::to_string(fsdp.strategy());
+  if (!fsdp.wrap_types().empty()) {
+    text += ", units by type";
+    for (const auto& t : fsdp.wrap_types()) {
+      text += " " + t;
+    }
+  } else if (fsdp.min_num_params() > 0) {
+    text += ", units by size >= " + std::to_string(fsdp.min_num_params());
+  } else {
+    text += ", one unit";
+  }
+  if (fsdp.activation_checkpointing()) {
+    text += ", activation checkpointing";
+  }
+  if (fsdp.forward_prefetch()) {
+    text += ", forward prefetch";
+  }
+  if (fsdp.backward_prefetch() != dist::BackwardPrefetch::none) {
+    text += ", " + dist::to_string(fsdp.backward_prefetch());
+  }
+  return text;
+}
+
+// The start-up table's rows, in the order it has always shown them.
+void add_rows(
+    const AcceleratorOptions& options,
+    const Capabilities& caps,
+    const Sources& s,
+    ResolvedAcceleratorOptions& r) {
+  auto add = [&r](std::string name, std::string value, std::string source) {
+    r.rows.push_back({std::move(name), std::move(value), std::move(source)});
+  };
+  add("mixed_precision", s.precision_value, s.precision);
   add("gradient_accumulation_steps",
       std::to_string(r.gradient_accumulation_steps),
-      accumulation.source);
-  add("device", r.device.str(), device_source);
+      s.accumulation);
+  add("device", r.device.str(), s.device);
   add("loss_scaling",
       r.loss_scaling
           ? "on (init_scale " + format_double(r.grad_scaler.init_scale()) +
                 ", growth_interval " +
                 std::to_string(r.grad_scaler.growth_interval()) + ")"
           : "off",
-      scaling_source);
+      s.scaling);
   std::string trackers;
   for (const auto& t : r.log_with) {
     trackers += (trackers.empty() ? "" : ",") + t;
@@ -622,7 +736,7 @@ ResolvedAcceleratorOptions resolve_options(
   add("log_with",
       trackers.empty() ? "none" : trackers,
       r.log_with.empty() && !r.trackers.empty() ? std::string("explicit")
-                                                : log_with.source);
+                                                : s.log_with);
   add("seed",
       r.seed ? std::to_string(*r.seed) : "unset",
       r.seed ? "explicit" : "default");
@@ -638,39 +752,19 @@ ResolvedAcceleratorOptions resolve_options(
       r.dist.distributed()
           ? std::string("env (") + dist::to_string(r.dist.launcher) + ")"
           : "default");
-  add("debug", r.debug ? "true" : "false", debug.source);
+  add("debug", r.debug ? "true" : "false", s.debug);
   add("zero_stage",
       std::to_string(r.zero_stage) +
           (r.zero_stage == 1   ? " (optimizer state sharded)"
            : r.zero_stage == 2 ? " (optimizer state and gradients sharded)"
                                : " (DDP: nothing sharded)"),
-      zero.source);
+      s.zero);
   if (r.fsdp) {
-    std::string text = dist::to_string(r.fsdp->strategy());
-    if (!r.fsdp->wrap_types().empty()) {
-      text += ", units by type";
-      for (const auto& t : r.fsdp->wrap_types()) {
-        text += " " + t;
-      }
-    } else if (r.fsdp->min_num_params() > 0) {
-      text += ", units by size >= " + std::to_string(r.fsdp->min_num_params());
-    } else {
-      text += ", one unit";
-    }
-    if (r.fsdp->activation_checkpointing()) {
-      text += ", activation checkpointing";
-    }
-    if (r.fsdp->forward_prefetch()) {
-      text += ", forward prefetch";
-    }
-    if (r.fsdp->backward_prefetch() != dist::BackwardPrefetch::none) {
-      text += ", " + dist::to_string(r.fsdp->backward_prefetch());
-    }
-    add("fsdp", text, fsdp_source);
+    add("fsdp", fsdp_summary(*r.fsdp), s.fsdp);
   }
   add("gradient_clipping",
       r.gradient_clipping > 0 ? format_double(r.gradient_clipping) : "off",
-      clipping.source);
+      s.clipping);
 #define AMPKIT_OPTION_ROW(type, name, default_value) \
   add(#name,                                         \
       setting_text(r.name),                          \
@@ -680,6 +774,32 @@ ResolvedAcceleratorOptions resolve_options(
   add("libtorch",
       std::to_string(caps.torch_major) + "." + std::to_string(caps.torch_minor),
       "running");
+}
+
+}  // namespace
+
+ResolvedAcceleratorOptions resolve_options(
+    const AcceleratorOptions& options,
+    const EnvLookup& env,
+    const Capabilities& caps) {
+  ResolvedAcceleratorOptions r;
+  Sources s;
+  // In this order: the precision is checked on the device, loss scaling
+  // follows the precision, a launched process's GPU is its local rank's,
+  // and the synchronizer's checks see the sharding and the accumulation.
+  resolve_device(options, env, caps, r, s);
+  resolve_precision(options, env, caps, r, s);
+  const Picked<int64_t> accumulation = pick_accumulation(options, env);
+  r.gradient_accumulation_steps = accumulation.value;
+  s.accumulation = accumulation.source;
+  resolve_loss_scaling(options, r, s);
+  resolve_tracking(options, env, r, s);
+  resolve_distributed(options, env, caps, r, s);
+  resolve_sharding(options, env, r, s);
+  resolve_clipping(options, env, r, s);
+  check_synchronizer_options(r);
+  check_checkpointing(r);
+  add_rows(options, caps, s, r);
   return r;
 }
 
