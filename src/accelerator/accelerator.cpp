@@ -1,31 +1,25 @@
-// The Accelerator: construction, prepare(), and accelerate's semantics for
-// mixed precision, gradient accumulation and gradient clipping.
+// The Accelerator: construction, and accelerate's semantics for mixed
+// precision, gradient accumulation and gradient clipping (prepare() is in
+// prepared.cpp).
 #include "ampkit/accelerator/accelerator.h"
 
 #include <ATen/Context.h>
-#include <torch/cuda.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <iostream>
-#include <sstream>
 #include <unordered_set>
 
 #include "accelerator/state.h"
 #include "amp/cuda_capability.h"
 #include "ampkit/distributed/env.h"
 #include "ampkit/error.h"
-#include "ampkit/optim/fused.h"
 #include "ampkit/track/system_stats.h"
 #include "ampkit/utils/memory.h"
 #include "ampkit/utils/random.h"
 #include "ampkit/utils/warnings.h"
-#include "optim/compat.h"
-#include "optim/fused_step.h"
 #include "utils/components.h"
 #include "utils/non_finite.h"
 #include "utils/strings.h"
@@ -116,21 +110,6 @@ std::string AcceleratorState::non_finite_gradients() const {
     grads.emplace_back(name, strategy->gradient_of(*this, param));
   }
   return describe_non_finite(find_non_finite(grads));
-}
-
-void move_optimizer_state(
-    torch::optim::Optimizer& optimizer, const c10::Device& device) {
-  if (optimizer.state().empty()) {
-    return;
-  }
-  torch::serialize::OutputArchive out;
-  optimizer.save(out);
-  std::ostringstream buffer;
-  out.save_to(buffer);
-  std::istringstream in_buffer(buffer.str());
-  torch::serialize::InputArchive in;
-  in.load_from(in_buffer, device);
-  optimizer.load(in);
 }
 
 const AutocastOptions* forward_autocast(AcceleratorState& state) {
@@ -447,124 +426,6 @@ void Accelerator::set_gradient_accumulation_steps(int64_t n) {
   }
   st.options.gradient_accumulation_steps = n;
   st.micro_step = 0;
-}
-
-std::shared_ptr<torch::nn::Module> Accelerator::prepare_module(
-    std::shared_ptr<torch::nn::Module> module) {
-  if (!module) {
-    throw InvalidArgument(
-        component::kAccelerator,
-        "prepare got an empty model (a null module holder). Construct the "
-        "model before preparing it.");
-  }
-  module->to(device());
-  auto& st = *state_;
-  if (st.options.channels_last) {
-    // In place (set_data), so an optimizer made before prepare still holds
-    // these parameters; before DDP lays its buckets out like them.
-    torch::NoGradGuard no_grad;
-    auto lay_out = [](torch::Tensor t) {
-      if (t.defined() && t.dim() == 4 && t.is_floating_point()) {
-        // As Module.to(memory_format=...) does: a weight with one input
-        // channel is also channels-last by contiguity, where contiguous()
-        // would keep its NCHW strides and the convolution would stay NCHW.
-        t.set_data(t.to(
-            t.options(),
-            /*non_blocking=*/false,
-            /*copy=*/false,
-            at::MemoryFormat::ChannelsLast));
-      }
-    };
-    for (auto& p : module->parameters()) {
-      lay_out(p);
-    }
-    for (auto& b : module->buffers()) {
-      lay_out(b);
-    }
-  }
-  st.models.push_back(detail::ModelEntry{module, nullptr, nullptr});
-  // Names by module path; a second model's are prefixed to stay unique.
-  const std::string prefix =
-      st.models.size() == 1
-          ? std::string()
-          : "model" + std::to_string(st.models.size() - 1) + ".";
-  torch::OrderedDict<std::string, torch::Tensor> named;
-  for (const auto& item : module->named_parameters()) {
-    st.named_parameters.emplace_back(prefix + item.key(), item.value());
-    named.insert(prefix + item.key(), item.value());
-  }
-  if (st.scaler) {
-    st.scaler->register_parameter_names(named);
-  }
-  st.strategy->setup_module(st, st.models.back());
-  return module;
-}
-
-PreparedOptimizer Accelerator::prepare_optimizer(
-    torch::optim::Optimizer& optimizer) {
-  auto& st = *state_;
-  for (const auto& entry : st.optimizers) {
-    if (entry.optimizer == &optimizer) {
-      throw UsageError(
-          component::kAccelerator,
-          "this optimizer is already prepared, got a second prepare() of it. "
-          "Prepare each optimizer once and keep the PreparedOptimizer.");
-    }
-  }
-  const auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].params().size(); ++i) {
-      const auto& p = groups[g].params()[i];
-      if (p.device() != device()) {
-        throw UsageError(
-            component::kAccelerator,
-            "the optimizer's parameter param_groups[" + std::to_string(g) +
-                "][" + std::to_string(i) + "] is on " + p.device().str() +
-                ", but the Accelerator trains on " + device().str() +
-                ". Prepare the model before the optimizer, and build the "
-                "optimizer from the model's parameters.");
-      }
-    }
-  }
-  // Without a GPU every tensor is already on the CPU.
-  if (device().type() != c10::DeviceType::CPU || torch::cuda::is_available()) {
-    detail::move_optimizer_state(optimizer, device());
-  }
-  detail::PreparedOptimizerEntry entry;
-  entry.optimizer = &optimizer;
-  st.strategy->setup_optimizer(st, entry);
-  // A fused step replaces optimizer.step() only where it computes the same
-  // update: ATen's kernels where this LibTorch has them, else ampkit's CPU
-  // Adam/AdamW pass; both fold loss scaling in.
-  if (st.options.fused_optimizer_step) {
-    auto reason = optim::aten_fused_step_unsupported_reason(optimizer);
-    if (!reason) {
-      entry.fused = detail::FusedStep::aten;
-    } else if (!AMPKIT_HAS_ATEN_FUSED_OPTIM) {
-      reason = detail::fused_step_unsupported_reason(optimizer);
-      if (!reason) {
-        entry.fused = detail::FusedStep::ampkit;
-      }
-    }
-    if (is_main_process() && !st.options.quiet) {
-      const std::string scaling = st.scaler ? ", loss scaling inside" : "";
-      std::cerr << "ampkit: optimizer " << st.optimizers.size()
-                << (entry.fused == detail::FusedStep::aten
-                        ? " steps fused (ATen's fused kernels" + scaling + ")"
-                    : entry.fused == detail::FusedStep::ampkit
-                        ? " steps fused (one pass per parameter" + scaling + ")"
-                        : " steps through optimizer.step(): " + *reason)
-                << std::endl;
-    }
-  }
-  st.optimizers.push_back(entry);
-  return PreparedOptimizer(optimizer, st.optimizers.size() - 1, state_);
-}
-
-PreparedScheduler Accelerator::prepare_scheduler(
-    optim::LRScheduler& scheduler) {
-  state_->schedulers.push_back(&scheduler);
-  return PreparedScheduler(scheduler, state_);
 }
 
 void Accelerator::backward(const torch::Tensor& loss) {

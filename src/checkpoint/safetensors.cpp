@@ -141,7 +141,17 @@ std::string encode_safetensors(
   return out;
 }
 
-Safetensors decode_safetensors(
+namespace {
+
+// A safetensors file's JSON header, and the data bytes after it.
+struct SafetensorsHeader {
+  nlohmann::json json;
+  std::string_view data;
+};
+
+// Reads the header length and parses the JSON header, refusing truncated,
+// oversized and too deeply nested headers.
+SafetensorsHeader safetensors_parse_header(
     std::string_view bytes, const std::string& origin) {
   if (bytes.size() < 8) {
     bad(origin,
@@ -171,103 +181,122 @@ Safetensors decode_safetensors(
         "the JSON header nests deeper than " + std::to_string(kMaxDepth) +
             " levels.");
   }
-  nlohmann::json header;
+  SafetensorsHeader header;
   try {
-    header = nlohmann::json::parse(text.begin(), text.end());
+    header.json = nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     bad(origin, std::string("the JSON header is malformed: ") + e.what());
   }
-  if (!header.is_object()) {
+  if (!header.json.is_object()) {
     bad(origin, "the header is not a JSON object.");
   }
-  const std::string_view data = bytes.substr(8 + n);
-  struct Entry {
-    std::string name;
-    c10::ScalarType type;
-    std::vector<int64_t> shape;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
-  Safetensors result;
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (!value.is_object()) {
-        bad(origin, "__metadata__ must be an object of strings.");
-      }
-      for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) {
-          bad(origin,
-              "__metadata__['" + k + "'] must be a string, got " + v.dump() +
-                  ".");
-        }
-        result.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = "tensor '" + name + "'";
-    if (!value.is_object() || !value.contains("dtype") ||
-        !value.contains("shape") || !value.contains("data_offsets")) {
-      bad(origin, where + " needs dtype, shape and data_offsets.");
-    }
-    const auto& dtype = value["dtype"];
-    if (!dtype.is_string()) {
-      bad(origin, where + ": dtype must be a string.");
-    }
-    Entry e{name, c10::ScalarType::Undefined, {}, 0, 0};
-    for (const auto& d : kDtypes) {
-      if (dtype.get<std::string>() == d.name) {
-        e.type = d.type;
-      }
-    }
-    if (e.type == c10::ScalarType::Undefined) {
-      bad(origin,
-          where + " has the dtype " + dtype.dump() +
-              ", which ampkit does not read; known: BOOL, U8, I8, I16, I32, "
-              "I64, F16, BF16, F32, F64.");
-    }
-    const auto& shape = value["shape"];
-    if (!shape.is_array() || shape.size() > 64) {
-      bad(origin, where + ": shape must be an array of at most 64 sizes.");
-    }
-    uint64_t numel = 1;
-    for (const auto& s : shape) {
-      if (!s.is_number_unsigned()) {
-        bad(origin,
-            where + ": shape holds " + s.dump() +
-                "; sizes are non-negative integers.");
-      }
-      const uint64_t size = s.get<uint64_t>();
-      if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          (size != 0 &&
-           numel > std::numeric_limits<uint64_t>::max() / 16 / size)) {
-        bad(origin, where + ": the shape " + shape.dump() + " is too large.");
-      }
-      numel *= size;
-      e.shape.push_back(static_cast<int64_t>(size));
-    }
-    const auto& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 ||
-        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
-      bad(origin,
-          where + ": data_offsets must be [begin, end], got " + offsets.dump() +
-              ".");
-    }
-    e.begin = offsets[0].get<uint64_t>();
-    e.end = offsets[1].get<uint64_t>();
-    const uint64_t expected = numel * c10::elementSize(e.type);
-    if (e.end < e.begin || e.end - e.begin != expected) {
-      bad(origin,
-          where + ": data_offsets " + offsets.dump() + " hold " +
-              std::to_string(e.end >= e.begin ? e.end - e.begin : 0) +
-              " bytes, but shape " + shape.dump() + " of " +
-              dtype.get<std::string>() + " needs " + std::to_string(expected) +
-              ".");
-    }
-    entries.push_back(std::move(e));
+  header.data = bytes.substr(8 + n);
+  return header;
+}
+
+// The header's __metadata__ object, whose values must all be strings.
+void safetensors_read_metadata(
+    const std::string& origin, const nlohmann::json& value, Metadata& out) {
+  if (!value.is_object()) {
+    bad(origin, "__metadata__ must be an object of strings.");
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  for (const auto& [k, v] : value.items()) {
+    if (!v.is_string()) {
+      bad(origin,
+          "__metadata__['" + k + "'] must be a string, got " + v.dump() + ".");
+    }
+    out[k] = v.get<std::string>();
+  }
+}
+
+// One tensor's header entry, and where its bytes lie in the data.
+struct SafetensorsEntry {
+  std::string name;
+  c10::ScalarType type;
+  std::vector<int64_t> shape;
+  uint64_t begin, end;
+};
+
+// Checks one tensor's dtype, shape and data_offsets, which must hold exactly
+// the bytes its shape needs.
+SafetensorsEntry safetensors_read_entry(
+    const std::string& origin,
+    const std::string& name,
+    const nlohmann::json& value) {
+  const std::string where = "tensor '" + name + "'";
+  if (!value.is_object() || !value.contains("dtype") ||
+      !value.contains("shape") || !value.contains("data_offsets")) {
+    bad(origin, where + " needs dtype, shape and data_offsets.");
+  }
+  const auto& dtype = value["dtype"];
+  if (!dtype.is_string()) {
+    bad(origin, where + ": dtype must be a string.");
+  }
+  SafetensorsEntry e{name, c10::ScalarType::Undefined, {}, 0, 0};
+  for (const auto& d : kDtypes) {
+    if (dtype.get<std::string>() == d.name) {
+      e.type = d.type;
+    }
+  }
+  if (e.type == c10::ScalarType::Undefined) {
+    bad(origin,
+        where + " has the dtype " + dtype.dump() +
+            ", which ampkit does not read; known: BOOL, U8, I8, I16, I32, "
+            "I64, F16, BF16, F32, F64.");
+  }
+  const auto& shape = value["shape"];
+  if (!shape.is_array() || shape.size() > 64) {
+    bad(origin, where + ": shape must be an array of at most 64 sizes.");
+  }
+  uint64_t numel = 1;
+  for (const auto& s : shape) {
+    if (!s.is_number_unsigned()) {
+      bad(origin,
+          where + ": shape holds " + s.dump() +
+              "; sizes are non-negative integers.");
+    }
+    const uint64_t size = s.get<uint64_t>();
+    if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+        (size != 0 &&
+         numel > std::numeric_limits<uint64_t>::max() / 16 / size)) {
+      bad(origin, where + ": the shape " + shape.dump() + " is too large.");
+    }
+    numel *= size;
+    e.shape.push_back(static_cast<int64_t>(size));
+  }
+  const auto& offsets = value["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 ||
+      !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    bad(origin,
+        where + ": data_offsets must be [begin, end], got " + offsets.dump() +
+            ".");
+  }
+  e.begin = offsets[0].get<uint64_t>();
+  e.end = offsets[1].get<uint64_t>();
+  const uint64_t expected = numel * c10::elementSize(e.type);
+  if (e.end < e.begin || e.end - e.begin != expected) {
+    bad(origin,
+        where + ": data_offsets " + offsets.dump() + " hold " +
+            std::to_string(e.end >= e.begin ? e.end - e.begin : 0) +
+            " bytes, but shape " + shape.dump() + " of " +
+            dtype.get<std::string>() + " needs " + std::to_string(expected) +
+            ".");
+  }
+  return e;
+}
+
+// Sorts the entries by offset and checks that they tile the data exactly,
+// without overlap, gap or trailing bytes.
+void safetensors_check_layout(
+    const std::string& origin,
+    std::vector<SafetensorsEntry>& entries,
+    size_t data_size) {
+  std::sort(
+      entries.begin(),
+      entries.end(),
+      [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+      });
   uint64_t at = 0;
   for (const auto& e : entries) {
     if (e.begin != at) {
@@ -278,14 +307,31 @@ Safetensors decode_safetensors(
     }
     at = e.end;
   }
-  if (at != data.size()) {
+  if (at != data_size) {
     bad(origin,
         "the tensors cover " + std::to_string(at) +
-            " bytes of data, but the file holds " +
-            std::to_string(data.size()) + " after the header; it is " +
-            (at > data.size() ? "truncated."
-                              : "followed by unexpected bytes."));
+            " bytes of data, but the file holds " + std::to_string(data_size) +
+            " after the header; it is " +
+            (at > data_size ? "truncated." : "followed by unexpected bytes."));
   }
+}
+
+}  // namespace
+
+Safetensors decode_safetensors(
+    std::string_view bytes, const std::string& origin) {
+  const SafetensorsHeader header = safetensors_parse_header(bytes, origin);
+  const std::string_view data = header.data;
+  std::vector<SafetensorsEntry> entries;
+  Safetensors result;
+  for (const auto& [name, value] : header.json.items()) {
+    if (name == "__metadata__") {
+      safetensors_read_metadata(origin, value, result.metadata);
+      continue;
+    }
+    entries.push_back(safetensors_read_entry(origin, name, value));
+  }
+  safetensors_check_layout(origin, entries, data.size());
   for (const auto& e : entries) {
     if (e.type == c10::ScalarType::Bool) {
       for (uint64_t i = e.begin; i < e.end; ++i) {

@@ -214,14 +214,9 @@ std::optional<std::string> parse_gpu_ids(const std::string& answer) {
   return ids;
 }
 
-}  // namespace
-
-LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
-  Questionnaire q(in, out);
-  LaunchConfig config;
-  out << "Answer each question and press Enter; an empty answer takes the "
-         "default in brackets.\n";
-
+/// Accelerate's first two questions, compute environment and machine type:
+/// fills compute_environment, distributed_type and use_cpu.
+void questionnaire_ask_machine_type(Questionnaire& q, LaunchConfig& config) {
   q.ask_menu(
       "In which compute environment are you running?",
       {{"This machine", {"LOCAL_MACHINE"}}},
@@ -236,108 +231,250 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
        {"multi-CPU", {"MULTI_CPU"}},
        {"multi-GPU", {"MULTI_GPU"}}});
   config.distributed_type = kTypes[type];
+  config.use_cpu = config.distributed_type == "MULTI_CPU";
+}
+
+/// The questions for more than one machine: this machine's rank, the main
+/// process's address and port, the network and the rendezvous backend.
+void questionnaire_ask_multi_node(Questionnaire& q, LaunchConfig& config) {
+  config.machine_rank = q.ask_int(
+      "What is the rank of this machine?", 0, 0, config.num_machines - 1);
+  config.main_process_ip = q.ask(
+      "What is the IP address of the machine that will host the main "
+      "process?",
+      "",
+      "Please enter the IP address or host name of the main machine, "
+      "such as 10.0.0.1.",
+      [](const std::string& answer) -> std::optional<std::string> {
+        if (answer.empty() ||
+            answer.find_first_of(" \t") != std::string::npos) {
+          return std::nullopt;
+        }
+        return answer;
+      });
+  config.main_process_port = q.ask_int(
+      "What is the port you will use to communicate with the main "
+      "process?",
+      kDefaultPort,
+      1,
+      65535);
+  config.same_network = q.ask_bool(
+      "Are all the machines on the same local network? Answer `no` if "
+      "nodes are on the cloud and/or on different network hosts",
+      true);
+  if (!config.same_network) {
+    config.rdzv_backend = q.ask(
+        "What rendezvous backend will you use?",
+        "static",
+        "Valid values: static, c10d (ampkit has no etcd client; both "
+        "meet at the main process's IP and port).",
+        [](const std::string& answer) -> std::optional<std::string> {
+          const std::string value = lower(answer);
+          if (value == "static" || value == "c10d") {
+            return value;
+          }
+          return std::nullopt;
+        });
+  }
+}
+
+/// The questions of a distributed run: machines (and the multi-node ones),
+/// debug checks and the number of processes.
+void questionnaire_ask_distributed(
+    Questionnaire& q, LaunchConfig& config, bool multi_gpu) {
+  config.num_machines = q.ask_int(
+      "How many different machines will you use (use more than 1 for "
+      "multi-node training)?",
+      1,
+      1);
+  if (config.num_machines > 1) {
+    questionnaire_ask_multi_node(q, config);
+  }
+  config.debug = q.ask_bool(
+      "Should distributed operations be checked while running for errors? "
+      "This can avoid timeout issues but will be slower.",
+      false);
+
+  // num_processes counts all processes on all machines, as in accelerate;
+  // multi-GPU with a single process is No distributed training.
+  const bool single_gpu_possible = !(multi_gpu && config.num_machines == 1);
+  const int64_t min_processes =
+      std::max<int64_t>(config.num_machines, single_gpu_possible ? 1 : 2);
+  config.num_processes = q.ask_int(
+      multi_gpu ? "How many GPU(s) should be used for distributed training "
+                  "(in total, over all machines)?"
+                : "How many processes should be used for distributed "
+                  "training (in total, over all machines)?",
+      std::max<int64_t>(2, config.num_machines),
+      min_processes,
+      INT64_MAX,
+      single_gpu_possible ? "at least one per machine"
+                          : "for a single GPU choose No distributed training");
+}
+
+/// accelerate's DeepSpeed questions, for ampkit's own ZeRO: fills zero_stage
+/// and gradient_clipping; returns whether ZeRO was chosen.
+bool questionnaire_ask_deepspeed(Questionnaire& q, LaunchConfig& config) {
+  const bool use_zero = q.ask_bool(
+      "Do you want to use DeepSpeed (ZeRO: ampkit shards the optimizer "
+      "state, and with stage 2 the gradients, over c10d)?",
+      false);
+  if (use_zero) {
+    config.zero_stage = q.ask_int(
+        "What should be your DeepSpeed's ZeRO optimization stage?",
+        2,
+        0,
+        3,
+        "stage 3 shards the parameters too (ampkit's FSDP FULL_SHARD)");
+    if (q.ask_bool("Do you want to use gradient clipping?", false)) {
+      config.gradient_clipping = q.ask(
+          "What is the gradient clipping value?",
+          "1.0",
+          "Please enter a number > 0, such as 1.0.",
+          [](const std::string& answer) -> std::optional<double> {
+            const auto value = parse_double(answer);
+            if (value && *value > 0 && std::isfinite(*value)) {
+              return value;
+            }
+            return std::nullopt;
+          });
+    }
+  }
+  return use_zero;
+}
+
+/// The FSDP auto wrap policy and its follow-up question; returns their
+/// fsdp_config lines.
+std::string questionnaire_ask_fsdp_wrap(Questionnaire& q) {
+  static const char* kPolicies[] = {
+      "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
+  const size_t policy = q.ask_menu(
+      "What should be your auto wrap policy?",
+      {{"TRANSFORMER_BASED_WRAP", {}},
+       {"SIZE_BASED_WRAP", {}},
+       {"NO_WRAP", {}}});
+  std::string wrap =
+      std::string("fsdp_auto_wrap_policy: ") + kPolicies[policy] + "\n";
+  if (policy == 0) {
+    wrap += "fsdp_transformer_layer_cls_to_wrap: " +
+            q.ask(
+                "Specify the comma-separated list of module type names to "
+                "wrap (as TORCH_MODULE names them, e.g. Block)",
+                "Block",
+                "Please enter one or more type names separated by commas.",
+                [](const std::string& answer) -> std::optional<std::string> {
+                  if (answer.empty() ||
+                      answer.find_first_of(" :#'\"") != std::string::npos) {
+                    return std::nullopt;
+                  }
+                  return answer;
+                }) +
+            "\n";
+  } else if (policy == 1) {
+    wrap += "fsdp_min_num_params: " +
+            std::to_string(q.ask_int(
+                "What should be your FSDP's minimum number of parameters for "
+                "Default Auto Wrapping Policy?",
+                100000000,
+                1)) +
+            "\n";
+  }
+  return wrap;
+}
+
+/// accelerate's FSDP questions after "use FullyShardedDataParallel?";
+/// returns the fsdp_config block.
+std::string questionnaire_ask_fsdp(Questionnaire& q) {
+  static const char* kStrategies[] = {
+      "FULL_SHARD",
+      "SHARD_GRAD_OP",
+      "NO_SHARD",
+      "HYBRID_SHARD",
+      "HYBRID_SHARD_ZERO2"};
+  const size_t strategy = q.ask_menu(
+      "What should be your sharding strategy?",
+      {{"FULL_SHARD", {}},
+       {"SHARD_GRAD_OP", {}},
+       {"NO_SHARD", {}},
+       {"HYBRID_SHARD", {}},
+       {"HYBRID_SHARD_ZERO2", {}}});
+  std::string fsdp = "fsdp_activation_checkpointing: ";
+  const std::string wrap = questionnaire_ask_fsdp_wrap(q);
+  // accelerate's order: backward prefetch, state dict type (SHARDED,
+  // accelerate's default, first; LOCAL_STATE_DICT is not built), forward
+  // prefetch.
+  static const char* kPrefetch[] = {
+      "BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+  const size_t backward_prefetch = q.ask_menu(
+      "What should be your FSDP's backward prefetch policy?",
+      {{"BACKWARD_PRE", {}}, {"BACKWARD_POST", {}}, {"NO_PREFETCH", {}}});
+  static const char* kStateDicts[] = {"SHARDED_STATE_DICT", "FULL_STATE_DICT"};
+  const size_t state_dict = q.ask_menu(
+      "What should be your FSDP's state dict type?",
+      {{"SHARDED_STATE_DICT", {}}, {"FULL_STATE_DICT", {}}},
+      "(SHARDED: each process saves its own shards; FULL: one file of the "
+      "whole model)");
+  const bool forward_prefetch = q.ask_bool(
+      "Do you want to enable FSDP's forward prefetch policy?", false);
+  const bool checkpointing =
+      q.ask_bool("Do you want to enable FSDP activation checkpointing?", false);
+  fsdp += std::string(checkpointing ? "true" : "false") + "\n" + wrap +
+          "fsdp_backward_prefetch: " + kPrefetch[backward_prefetch] +
+          "\n"
+          "fsdp_cpu_ram_efficient_loading: true\n"
+          "fsdp_forward_prefetch: " +
+          (forward_prefetch ? "true" : "false") +
+          "\n"
+          "fsdp_offload_params: false\n"
+          "fsdp_sharding_strategy: " +
+          kStrategies[strategy] +
+          "\n"
+          "fsdp_state_dict_type: " +
+          kStateDicts[state_dict] +
+          "\n"
+          "fsdp_sync_module_states: true\n"
+          "fsdp_use_orig_params: true\n";
+  return fsdp;
+}
+
+/// The deepspeed_config block for ZeRO, written as accelerate writes a
+/// DeepSpeed config, so that accelerate reads the same file; offload and
+/// stage 3 stay off (not implemented).
+std::string questionnaire_deepspeed_config(const LaunchConfig& config) {
+  std::string deepspeed = "gradient_accumulation_steps: " +
+                          std::to_string(config.gradient_accumulation_steps) +
+                          "\n";
+  if (config.gradient_clipping > 0) {
+    // A float, as Python writes one (1.0, not 1).
+    std::string clip = exact_number(config.gradient_clipping);
+    if (clip.find_first_of(".e") == std::string::npos) {
+      clip += ".0";
+    }
+    deepspeed += "gradient_clipping: " + clip + "\n";
+  }
+  deepspeed +=
+      "offload_optimizer_device: none\noffload_param_device: none\n"
+      "zero3_init_flag: false\nzero_stage: " +
+      std::to_string(config.zero_stage) + "\n";
+  return deepspeed;
+}
+
+}  // namespace
+
+LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
+  Questionnaire q(in, out);
+  LaunchConfig config;
+  out << "Answer each question and press Enter; an empty answer takes the "
+         "default in brackets.\n";
+
+  questionnaire_ask_machine_type(q, config);
   const bool distributed = config.distributed_type != "NO";
   const bool multi_gpu = config.distributed_type == "MULTI_GPU";
-  config.use_cpu = config.distributed_type == "MULTI_CPU";
-
-  if (distributed) {
-    config.num_machines = q.ask_int(
-        "How many different machines will you use (use more than 1 for "
-        "multi-node training)?",
-        1,
-        1);
-    if (config.num_machines > 1) {
-      config.machine_rank = q.ask_int(
-          "What is the rank of this machine?", 0, 0, config.num_machines - 1);
-      config.main_process_ip = q.ask(
-          "What is the IP address of the machine that will host the main "
-          "process?",
-          "",
-          "Please enter the IP address or host name of the main machine, "
-          "such as 10.0.0.1.",
-          [](const std::string& answer) -> std::optional<std::string> {
-            if (answer.empty() ||
-                answer.find_first_of(" \t") != std::string::npos) {
-              return std::nullopt;
-            }
-            return answer;
-          });
-      config.main_process_port = q.ask_int(
-          "What is the port you will use to communicate with the main "
-          "process?",
-          kDefaultPort,
-          1,
-          65535);
-      config.same_network = q.ask_bool(
-          "Are all the machines on the same local network? Answer `no` if "
-          "nodes are on the cloud and/or on different network hosts",
-          true);
-      if (!config.same_network) {
-        config.rdzv_backend = q.ask(
-            "What rendezvous backend will you use?",
-            "static",
-            "Valid values: static, c10d (ampkit has no etcd client; both "
-            "meet at the main process's IP and port).",
-            [](const std::string& answer) -> std::optional<std::string> {
-              const std::string value = lower(answer);
-              if (value == "static" || value == "c10d") {
-                return value;
-              }
-              return std::nullopt;
-            });
-      }
-    }
-    config.debug = q.ask_bool(
-        "Should distributed operations be checked while running for errors? "
-        "This can avoid timeout issues but will be slower.",
-        false);
-
-    // num_processes counts all processes on all machines, as in accelerate;
-    // multi-GPU with a single process is No distributed training.
-    const bool single_gpu_possible = !(multi_gpu && config.num_machines == 1);
-    const int64_t min_processes =
-        std::max<int64_t>(config.num_machines, single_gpu_possible ? 1 : 2);
-    config.num_processes = q.ask_int(
-        multi_gpu ? "How many GPU(s) should be used for distributed training "
-                    "(in total, over all machines)?"
-                  : "How many processes should be used for distributed "
-                    "training (in total, over all machines)?",
-        std::max<int64_t>(2, config.num_machines),
-        min_processes,
-        INT64_MAX,
-        single_gpu_possible
-            ? "at least one per machine"
-            : "for a single GPU choose No distributed training");
-  }
 
   bool use_zero = false;
   if (distributed) {
-    // accelerate's DeepSpeed questions, for ampkit's own ZeRO.
-    use_zero = q.ask_bool(
-        "Do you want to use DeepSpeed (ZeRO: ampkit shards the optimizer "
-        "state, and with stage 2 the gradients, over c10d)?",
-        false);
-    if (use_zero) {
-      config.zero_stage = q.ask_int(
-          "What should be your DeepSpeed's ZeRO optimization stage?",
-          2,
-          0,
-          3,
-          "stage 3 shards the parameters too (ampkit's FSDP FULL_SHARD)");
-      if (q.ask_bool("Do you want to use gradient clipping?", false)) {
-        config.gradient_clipping = q.ask(
-            "What is the gradient clipping value?",
-            "1.0",
-            "Please enter a number > 0, such as 1.0.",
-            [](const std::string& answer) -> std::optional<double> {
-              const auto value = parse_double(answer);
-              if (value && *value > 0 && std::isfinite(*value)) {
-                return value;
-              }
-              return std::nullopt;
-            });
-      }
-    }
+    questionnaire_ask_distributed(q, config, multi_gpu);
+    use_zero = questionnaire_ask_deepspeed(q, config);
   }
 
   // accelerate's FSDP questions (its cluster.py: asked for multi-GPU runs
@@ -347,88 +484,7 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
   std::string fsdp;
   if (multi_gpu && !use_zero &&
       q.ask_bool("Do you want to use FullyShardedDataParallel?", false)) {
-    static const char* kStrategies[] = {
-        "FULL_SHARD",
-        "SHARD_GRAD_OP",
-        "NO_SHARD",
-        "HYBRID_SHARD",
-        "HYBRID_SHARD_ZERO2"};
-    const size_t strategy = q.ask_menu(
-        "What should be your sharding strategy?",
-        {{"FULL_SHARD", {}},
-         {"SHARD_GRAD_OP", {}},
-         {"NO_SHARD", {}},
-         {"HYBRID_SHARD", {}},
-         {"HYBRID_SHARD_ZERO2", {}}});
-    static const char* kPolicies[] = {
-        "TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
-    const size_t policy = q.ask_menu(
-        "What should be your auto wrap policy?",
-        {{"TRANSFORMER_BASED_WRAP", {}},
-         {"SIZE_BASED_WRAP", {}},
-         {"NO_WRAP", {}}});
-    fsdp = "fsdp_activation_checkpointing: ";
-    std::string wrap =
-        std::string("fsdp_auto_wrap_policy: ") + kPolicies[policy] + "\n";
-    if (policy == 0) {
-      wrap += "fsdp_transformer_layer_cls_to_wrap: " +
-              q.ask(
-                  "Specify the comma-separated list of module type names to "
-                  "wrap (as TORCH_MODULE names them, e.g. Block)",
-                  "Block",
-                  "Please enter one or more type names separated by commas.",
-                  [](const std::string& answer) -> std::optional<std::string> {
-                    if (answer.empty() ||
-                        answer.find_first_of(" :#'\"") != std::string::npos) {
-                      return std::nullopt;
-                    }
-                    return answer;
-                  }) +
-              "\n";
-    } else if (policy == 1) {
-      wrap += "fsdp_min_num_params: " +
-              std::to_string(q.ask_int(
-                  "What should be your FSDP's minimum number of parameters for "
-                  "Default Auto Wrapping Policy?",
-                  100000000,
-                  1)) +
-              "\n";
-    }
-    // accelerate's order: backward prefetch, state dict type (SHARDED,
-    // accelerate's default, first; LOCAL_STATE_DICT is not built), forward
-    // prefetch.
-    static const char* kPrefetch[] = {
-        "BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
-    const size_t backward_prefetch = q.ask_menu(
-        "What should be your FSDP's backward prefetch policy?",
-        {{"BACKWARD_PRE", {}}, {"BACKWARD_POST", {}}, {"NO_PREFETCH", {}}});
-    static const char* kStateDicts[] = {
-        "SHARDED_STATE_DICT", "FULL_STATE_DICT"};
-    const size_t state_dict = q.ask_menu(
-        "What should be your FSDP's state dict type?",
-        {{"SHARDED_STATE_DICT", {}}, {"FULL_STATE_DICT", {}}},
-        "(SHARDED: each process saves its own shards; FULL: one file of the "
-        "whole model)");
-    const bool forward_prefetch = q.ask_bool(
-        "Do you want to enable FSDP's forward prefetch policy?", false);
-    const bool checkpointing = q.ask_bool(
-        "Do you want to enable FSDP activation checkpointing?", false);
-    fsdp += std::string(checkpointing ? "true" : "false") + "\n" + wrap +
-            "fsdp_backward_prefetch: " + kPrefetch[backward_prefetch] +
-            "\n"
-            "fsdp_cpu_ram_efficient_loading: true\n"
-            "fsdp_forward_prefetch: " +
-            (forward_prefetch ? "true" : "false") +
-            "\n"
-            "fsdp_offload_params: false\n"
-            "fsdp_sharding_strategy: " +
-            kStrategies[strategy] +
-            "\n"
-            "fsdp_state_dict_type: " +
-            kStateDicts[state_dict] +
-            "\n"
-            "fsdp_sync_module_states: true\n"
-            "fsdp_use_orig_params: true\n";
+    fsdp = questionnaire_ask_fsdp(q);
   }
 
   if (multi_gpu) {
@@ -452,25 +508,9 @@ LaunchConfig run_questionnaire(std::istream& in, std::ostream& out) {
       1,
       1);
   if (use_zero) {
-    // Written as accelerate writes a DeepSpeed config, so that accelerate
-    // reads the same file; offload and stage 3 stay off (not implemented).
     config.distributed_type = "DEEPSPEED";
-    std::string deepspeed = "gradient_accumulation_steps: " +
-                            std::to_string(config.gradient_accumulation_steps) +
-                            "\n";
-    if (config.gradient_clipping > 0) {
-      // A float, as Python writes one (1.0, not 1).
-      std::string clip = exact_number(config.gradient_clipping);
-      if (clip.find_first_of(".e") == std::string::npos) {
-        clip += ".0";
-      }
-      deepspeed += "gradient_clipping: " + clip + "\n";
-    }
-    deepspeed +=
-        "offload_optimizer_device: none\noffload_param_device: none\n"
-        "zero3_init_flag: false\nzero_stage: " +
-        std::to_string(config.zero_stage) + "\n";
-    config.passthrough.emplace_back("deepspeed_config", deepspeed);
+    config.passthrough.emplace_back(
+        "deepspeed_config", questionnaire_deepspeed_config(config));
   }
   if (!fsdp.empty()) {
     config.distributed_type = "FSDP";

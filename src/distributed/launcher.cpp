@@ -186,6 +186,28 @@ int exit_code(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+// Sets a worker's environment variable, over any inherited value.
+void launcher_setenv(const std::string& k, const std::string& v) {
+  ::setenv(k.c_str(), v.c_str(), 1);
+}
+
+// In a worker: runs it on `cpus` only, or exits with 126.
+void launcher_pin_worker(int64_t rank, const std::vector<int>& cpus) {
+  cpu_set_t cores;
+  CPU_ZERO(&cores);
+  for (const int c : cpus) {
+    CPU_SET(c, &cores);
+  }
+  if (::sched_setaffinity(0, sizeof cores, &cores) != 0) {
+    std::fprintf(
+        stderr,
+        "ampkit launch: cannot pin rank %lld to its cores: %s\n",
+        static_cast<long long>(rank),
+        std::strerror(errno));
+    std::_Exit(126);
+  }
+}
+
 class Group {
  public:
   Group(
@@ -206,28 +228,7 @@ class Group {
 
   void start() {
     const int64_t local = o_.num_processes / o_.num_machines;
-    std::vector<std::vector<int>> pinned;
-    if (o_.enable_cpu_affinity) {
-      std::vector<std::vector<int>> near_gpu;
-      for (const auto& bus_id : o_.gpu_pci_bus_ids) {
-        near_gpu.push_back(detail::pci_device_cpus(bus_id));
-      }
-      pinned = detail::plan_affinity(detail::allowed_cpus(), local, near_gpu);
-      if (!o_.quiet && round_ == 0) {
-        for (int64_t l = 0; l < local; ++l) {
-          out_ << "ampkit launch: rank " << o_.machine_rank * local + l
-               << " pinned to cores "
-               << detail::format_cpu_list(pinned[static_cast<size_t>(l)])
-               << " (enable_cpu_affinity"
-               << (static_cast<size_t>(l) < near_gpu.size() &&
-                           !near_gpu[static_cast<size_t>(l)].empty()
-                       ? ", near its GPU"
-                       : "")
-               << ")\n";
-        }
-        out_ << std::flush;
-      }
-    }
+    const std::vector<std::vector<int>> pinned = plan_pinning(local);
     std::random_device device;
     run_id_ =
         "launch-" + std::to_string(::getpid()) + "-" + std::to_string(device());
@@ -247,100 +248,7 @@ class Group {
         reaper_.watch(pid);
       }
       if (pid == 0) {
-        // The kernel kills the worker if the launcher dies, even by SIGKILL.
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        // Its own process group, so that stopping it stops its children.
-        ::setpgid(0, 0);
-        if (::getppid() != parent) {
-          std::_Exit(1);
-        }
-        ::signal(SIGINT, SIG_DFL);
-        ::signal(SIGTERM, SIG_DFL);
-        ::signal(SIGUSR1, SIG_DFL);
-        ::dup2(fds[1], 1);
-        ::dup2(fds[1], 2);
-        ::close(fds[0]);
-        ::close(fds[1]);
-        auto set = [](const std::string& k, const std::string& v) {
-          ::setenv(k.c_str(), v.c_str(), 1);
-        };
-        set("RANK", std::to_string(w.rank));
-        set("WORLD_SIZE", std::to_string(o_.num_processes));
-        set("LOCAL_RANK", std::to_string(l));
-        set("LOCAL_WORLD_SIZE", std::to_string(local));
-        set("MASTER_ADDR", o_.main_process_ip);
-        set("MASTER_PORT", std::to_string(port_));
-        if (!pinned.empty()) {
-          cpu_set_t cores;
-          CPU_ZERO(&cores);
-          for (const int c : pinned[static_cast<size_t>(l)]) {
-            CPU_SET(c, &cores);
-          }
-          if (::sched_setaffinity(0, sizeof cores, &cores) != 0) {
-            std::fprintf(
-                stderr,
-                "ampkit launch: cannot pin rank %lld to its cores: %s\n",
-                static_cast<long long>(w.rank),
-                std::strerror(errno));
-            std::_Exit(126);
-          }
-        }
-        if (o_.num_cpu_threads_per_process > 0) {
-          set("OMP_NUM_THREADS",
-              std::to_string(o_.num_cpu_threads_per_process));
-        } else if (!pinned.empty()) {
-          set("OMP_NUM_THREADS",
-              std::to_string(pinned[static_cast<size_t>(l)].size()));
-        } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-          set("OMP_NUM_THREADS", std::to_string(threads_per_process(local)));
-        }
-        // One machine: a fresh id per group keeps restarts and other runs
-        // apart. Several launchers must agree, so they key on the port.
-        if (o_.num_machines == 1) {
-          set("AMPKIT_RUN_ID", run_id_);
-        }
-        if (agent_ != nullptr) {
-          // Machine 0's launcher hosts the store; each round's workers
-          // keep their keys apart.
-          set("AMPKIT_AGENT_STORE", "round" + std::to_string(round_));
-        }
-        if (!o_.mixed_precision.empty()) {
-          set("AMPKIT_MIXED_PRECISION", o_.mixed_precision);
-        }
-        if (o_.gradient_accumulation_steps > 0) {
-          set("AMPKIT_GRADIENT_ACCUMULATION_STEPS",
-              std::to_string(o_.gradient_accumulation_steps));
-        }
-        if (o_.cpu) {
-          set("AMPKIT_USE_CPU", "1");
-        }
-        if (o_.debug) {
-          set("AMPKIT_DEBUG", "1");
-        }
-        if (o_.zero_stage >= 0) {
-          set("AMPKIT_ZERO_STAGE", std::to_string(o_.zero_stage));
-        }
-        for (const auto& [name, value] : o_.fsdp_env) {
-          set(name, value);
-        }
-        if (o_.gradient_clipping > 0) {
-          std::ostringstream clip;
-          clip.precision(17);
-          clip << o_.gradient_clipping;
-          set("AMPKIT_GRADIENT_CLIPPING", clip.str());
-        }
-        std::vector<char*> argv;
-        for (const auto& a : o_.command) {
-          argv.push_back(const_cast<char*>(a.c_str()));
-        }
-        argv.push_back(nullptr);
-        ::execvp(argv[0], argv.data());
-        std::fprintf(
-            stderr,
-            "ampkit launch: cannot run %s: %s\n",
-            argv[0],
-            std::strerror(errno));
-        std::_Exit(127);
+        exec_worker(w.rank, l, local, pinned, parent, fds);
       }
       ::close(fds[1]);
       ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
@@ -525,6 +433,132 @@ class Group {
   }
 
  private:
+  // With enable_cpu_affinity, the cores of each local rank (near its GPU
+  // where the GPU's are known), announced in the first round; else none.
+  std::vector<std::vector<int>> plan_pinning(int64_t local) const {
+    std::vector<std::vector<int>> pinned;
+    if (o_.enable_cpu_affinity) {
+      std::vector<std::vector<int>> near_gpu;
+      for (const auto& bus_id : o_.gpu_pci_bus_ids) {
+        near_gpu.push_back(detail::pci_device_cpus(bus_id));
+      }
+      pinned = detail::plan_affinity(detail::allowed_cpus(), local, near_gpu);
+      if (!o_.quiet && round_ == 0) {
+        for (int64_t l = 0; l < local; ++l) {
+          out_ << "ampkit launch: rank " << o_.machine_rank * local + l
+               << " pinned to cores "
+               << detail::format_cpu_list(pinned[static_cast<size_t>(l)])
+               << " (enable_cpu_affinity"
+               << (static_cast<size_t>(l) < near_gpu.size() &&
+                           !near_gpu[static_cast<size_t>(l)].empty()
+                       ? ", near its GPU"
+                       : "")
+               << ")\n";
+        }
+        out_ << std::flush;
+      }
+    }
+    return pinned;
+  }
+
+  // In the forked child: becomes worker `rank` (local rank `l` of `local`),
+  // its output into the pipe `fds`, and runs the command.
+  [[noreturn]] void exec_worker(
+      int64_t rank,
+      int64_t l,
+      int64_t local,
+      const std::vector<std::vector<int>>& pinned,
+      pid_t parent,
+      const int fds[2]) const {
+    // The kernel kills the worker if the launcher dies, even by SIGKILL.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Its own process group, so that stopping it stops its children.
+    ::setpgid(0, 0);
+    if (::getppid() != parent) {
+      std::_Exit(1);
+    }
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGUSR1, SIG_DFL);
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    launcher_setenv("RANK", std::to_string(rank));
+    launcher_setenv("WORLD_SIZE", std::to_string(o_.num_processes));
+    launcher_setenv("LOCAL_RANK", std::to_string(l));
+    launcher_setenv("LOCAL_WORLD_SIZE", std::to_string(local));
+    launcher_setenv("MASTER_ADDR", o_.main_process_ip);
+    launcher_setenv("MASTER_PORT", std::to_string(port_));
+    if (!pinned.empty()) {
+      launcher_pin_worker(rank, pinned[static_cast<size_t>(l)]);
+    }
+    if (o_.num_cpu_threads_per_process > 0) {
+      launcher_setenv(
+          "OMP_NUM_THREADS", std::to_string(o_.num_cpu_threads_per_process));
+    } else if (!pinned.empty()) {
+      launcher_setenv(
+          "OMP_NUM_THREADS",
+          std::to_string(pinned[static_cast<size_t>(l)].size()));
+    } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+      launcher_setenv(
+          "OMP_NUM_THREADS", std::to_string(threads_per_process(local)));
+    }
+    set_settings_env();
+    std::vector<char*> argv;
+    for (const auto& a : o_.command) {
+      argv.push_back(const_cast<char*>(a.c_str()));
+    }
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(
+        stderr,
+        "ampkit launch: cannot run %s: %s\n",
+        argv[0],
+        std::strerror(errno));
+    std::_Exit(127);
+  }
+
+  // In a worker: the AMPKIT_* and FSDP_* variables of the launch settings.
+  void set_settings_env() const {
+    // One machine: a fresh id per group keeps restarts and other runs
+    // apart. Several launchers must agree, so they key on the port.
+    if (o_.num_machines == 1) {
+      launcher_setenv("AMPKIT_RUN_ID", run_id_);
+    }
+    if (agent_ != nullptr) {
+      // Machine 0's launcher hosts the store; each round's workers
+      // keep their keys apart.
+      launcher_setenv("AMPKIT_AGENT_STORE", "round" + std::to_string(round_));
+    }
+    if (!o_.mixed_precision.empty()) {
+      launcher_setenv("AMPKIT_MIXED_PRECISION", o_.mixed_precision);
+    }
+    if (o_.gradient_accumulation_steps > 0) {
+      launcher_setenv(
+          "AMPKIT_GRADIENT_ACCUMULATION_STEPS",
+          std::to_string(o_.gradient_accumulation_steps));
+    }
+    if (o_.cpu) {
+      launcher_setenv("AMPKIT_USE_CPU", "1");
+    }
+    if (o_.debug) {
+      launcher_setenv("AMPKIT_DEBUG", "1");
+    }
+    if (o_.zero_stage >= 0) {
+      launcher_setenv("AMPKIT_ZERO_STAGE", std::to_string(o_.zero_stage));
+    }
+    for (const auto& [name, value] : o_.fsdp_env) {
+      launcher_setenv(name, value);
+    }
+    if (o_.gradient_clipping > 0) {
+      std::ostringstream clip;
+      clip.precision(17);
+      clip << o_.gradient_clipping;
+      launcher_setenv("AMPKIT_GRADIENT_CLIPPING", clip.str());
+    }
+  }
+
   void emit(Worker& w, const std::string& line) {
     w.last_lines.push_back(line);
     if (w.last_lines.size() > 20) {
@@ -609,7 +643,10 @@ void check_process_count(const LaunchOptions& o) {
   }
 }
 
-int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
+namespace {
+
+// Refuses launch options that cannot start a group.
+void launcher_check_options(const LaunchOptions& o) {
   if (o.command.empty()) {
     throw InvalidArgument(
         component::kLaunch,
@@ -650,7 +687,10 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
         "main_process_port must be 0 (pick a free port) or 1-65535, got " +
             std::to_string(o.main_process_port) + ".");
   }
-  check_process_count(o);
+}
+
+// The main process's port: main_process_port, or a free one for 0.
+int launcher_port(const LaunchOptions& o) {
   int port = o.main_process_port;
   if (port == 0) {
     if (o.num_machines > 1) {
@@ -663,6 +703,11 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
     }
     port = pick_free_port();
   }
+  return port;
+}
+
+// Creates --log_dir, refusing one that cannot be written.
+void launcher_make_log_dir(const LaunchOptions& o) {
   if (!o.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.log_dir, ec);
@@ -674,8 +719,11 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
               ". Pass a writable folder.");
     }
   }
-  // Before the signal handlers: while it dials machine 0, Ctrl-C stops the
-  // launcher as usual (nothing has started yet).
+}
+
+// The agent that keeps the machines in step, when there are several.
+std::unique_ptr<detail::Agent> launcher_agent(
+    const LaunchOptions& o, int port) {
   std::unique_ptr<detail::Agent> agent;
   if (o.num_machines > 1) {
     detail::AgentOptions ao;
@@ -689,6 +737,19 @@ int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
         std::min(ao.heartbeat_interval, o.heartbeat_timeout / 4);
     agent = std::make_unique<detail::Agent>(ao);
   }
+  return agent;
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o, std::ostream& out, std::ostream& err) {
+  launcher_check_options(o);
+  check_process_count(o);
+  const int port = launcher_port(o);
+  launcher_make_log_dir(o);
+  // Before the signal handlers: while it dials machine 0, Ctrl-C stops the
+  // launcher as usual (nothing has started yet).
+  std::unique_ptr<detail::Agent> agent = launcher_agent(o, port);
   if (::pipe(g_signal_pipe) != 0) {
     throw IoError(
         component::kLaunch,

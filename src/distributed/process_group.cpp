@@ -82,62 +82,6 @@ std::string describe_shape(const std::vector<int64_t>& encoded) {
   return out.str();
 }
 
-// The host Gloo binds ("" for GLOO_SOCKET_IFNAME's interface), with the
-// start-up table's description in `network`. A group across machines binds
-// the local address the kernel routes toward MASTER_ADDR (never loopback),
-// and NCCL gets that interface unless NCCL_SOCKET_IFNAME says otherwise.
-std::string pick_network(
-    const DistEnv& env, const std::string& backend, std::string& network) {
-  if (env.single_node()) {
-    network = "127.0.0.1 (one machine: loopback only)";
-    return "127.0.0.1";
-  }
-  const char* named_env =
-      backend == "nccl" ? "NCCL_SOCKET_IFNAME" : "GLOO_SOCKET_IFNAME";
-  const char* named = std::getenv(named_env);
-  if (named != nullptr && *named != '\0') {
-    network = std::string("interface ") + named + " (" + named_env + ")";
-    return "";
-  }
-  std::string why;
-  const auto route = detail::route_toward(env.master_addr, why);
-  const std::string fix =
-      " Set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) to the "
-      "interface that reaches the other machines (`ip -brief address`).";
-  if (is_loopback(env.master_addr)) {
-    throw InvalidArgument(
-        component::kDistributed,
-        "MASTER_ADDR " + env.master_addr +
-            " is a loopback address, but the group spans machines (" +
-            std::to_string(env.world_size) + " processes, " +
-            std::to_string(env.local_world_size) +
-            " here): pass --main_process_ip with an address of the main "
-            "machine that the others reach.");
-  }
-  if (!route) {
-    throw DistributedError(
-        component::kDistributed,
-        "no local address reaches MASTER_ADDR " + env.master_addr + ": " + why +
-            "." + fix);
-  }
-  if (route->loopback) {
-    throw DistributedError(
-        component::kDistributed,
-        "the route toward MASTER_ADDR " + env.master_addr +
-            " leaves through loopback (" + route->address +
-            "), which the other machines cannot reach." + fix);
-  }
-  const std::string iface =
-      route->interface.empty() ? "" : " on " + route->interface;
-  network = route->address + iface + " (the route toward MASTER_ADDR " +
-            env.master_addr + ")";
-  if (backend == "nccl" && !route->interface.empty()) {
-    // "=" asks NCCL for exactly this interface.
-    ::setenv("NCCL_SOCKET_IFNAME", ("=" + route->interface).c_str(), 0);
-  }
-  return route->address;
-}
-
 // The group's backend over its store: NCCL, or Gloo bound to bind_host.
 void connect_backend(ProcessGroup::Impl& im, int rank, int size) {
   if (im.backend == "nccl") {
@@ -239,7 +183,8 @@ ProcessGroup::ProcessGroup(
                     (agent_store ? " (machine 0's launcher)" : "");
   }
   im.store->setTimeout(options.timeout());
-  const std::string bind_host = pick_network(env, im.backend, im.network);
+  const std::string bind_host =
+      detail::pick_network(env, im.backend, im.network);
   im.bind_host = bind_host;
   const auto started = std::chrono::steady_clock::now();
   try {

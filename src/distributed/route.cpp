@@ -1,4 +1,6 @@
-// route_toward: the local end of the kernel's route toward a host.
+// route_toward: the local end of the kernel's route toward a host; and
+// pick_network: what a process group binds, by that route where it spans
+// machines.
 #include "distributed/route.h"
 
 #include <arpa/inet.h>
@@ -10,9 +12,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "ampkit/distributed/env.h"
+#include "ampkit/error.h"
+#include "utils/components.h"
 
 namespace ampkit::dist::detail {
 
@@ -92,6 +97,58 @@ std::optional<Route> route_toward(const std::string& host, std::string& why) {
   }
   ::freeaddrinfo(found);
   return route;
+}
+
+std::string pick_network(
+    const DistEnv& env, const std::string& backend, std::string& network) {
+  if (env.single_node()) {
+    network = "127.0.0.1 (one machine: loopback only)";
+    return "127.0.0.1";
+  }
+  const char* named_env =
+      backend == "nccl" ? "NCCL_SOCKET_IFNAME" : "GLOO_SOCKET_IFNAME";
+  const char* named = std::getenv(named_env);
+  if (named != nullptr && *named != '\0') {
+    network = std::string("interface ") + named + " (" + named_env + ")";
+    return "";
+  }
+  std::string why;
+  const auto route = detail::route_toward(env.master_addr, why);
+  const std::string fix =
+      " Set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) to the "
+      "interface that reaches the other machines (`ip -brief address`).";
+  if (is_loopback(env.master_addr)) {
+    throw InvalidArgument(
+        component::kDistributed,
+        "MASTER_ADDR " + env.master_addr +
+            " is a loopback address, but the group spans machines (" +
+            std::to_string(env.world_size) + " processes, " +
+            std::to_string(env.local_world_size) +
+            " here): pass --main_process_ip with an address of the main "
+            "machine that the others reach.");
+  }
+  if (!route) {
+    throw DistributedError(
+        component::kDistributed,
+        "no local address reaches MASTER_ADDR " + env.master_addr + ": " + why +
+            "." + fix);
+  }
+  if (route->loopback) {
+    throw DistributedError(
+        component::kDistributed,
+        "the route toward MASTER_ADDR " + env.master_addr +
+            " leaves through loopback (" + route->address +
+            "), which the other machines cannot reach." + fix);
+  }
+  const std::string iface =
+      route->interface.empty() ? "" : " on " + route->interface;
+  network = route->address + iface + " (the route toward MASTER_ADDR " +
+            env.master_addr + ")";
+  if (backend == "nccl" && !route->interface.empty()) {
+    // "=" asks NCCL for exactly this interface.
+    ::setenv("NCCL_SOCKET_IFNAME", ("=" + route->interface).c_str(), 0);
+  }
+  return route->address;
 }
 
 }  // namespace ampkit::dist::detail

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "ampkit/distributed/env.h"
+
 namespace ampkit::dist::detail {
 
 struct Route {
@@ -19,5 +21,12 @@ struct Route {
 /// sent. Empty with `why` set when `host` does not resolve or no route
 /// leads there.
 std::optional<Route> route_toward(const std::string& host, std::string& why);
+
+/// The host Gloo binds ("" for GLOO_SOCKET_IFNAME's interface), with the
+/// start-up table's description in `network`. A group across machines binds
+/// the local address the kernel routes toward MASTER_ADDR (never loopback),
+/// and NCCL gets that interface unless NCCL_SOCKET_IFNAME says otherwise.
+std::string pick_network(
+    const DistEnv& env, const std::string& backend, std::string& network);
 
 }  // namespace ampkit::dist::detail

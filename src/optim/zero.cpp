@@ -161,12 +161,13 @@ struct ShardedOptimizer::Bucket {
   dist::PendingCollective reducing;
 };
 
-ShardedOptimizer::ShardedOptimizer(
-    torch::optim::Optimizer& optimizer,
-    std::shared_ptr<dist::ProcessGroup> group,
+namespace {
+
+// Refuses a bucket size, stage or optimizer that cannot be sharded.
+void zero_check_arguments(
+    const torch::optim::Optimizer& optimizer,
     int64_t stage,
-    int64_t bucket_bytes)
-    : optimizer_(optimizer), group_(std::move(group)), stage_(stage) {
+    int64_t bucket_bytes) {
   if (bucket_bytes <= 0) {
     throw InvalidArgument(
         component::kZero,
@@ -186,15 +187,17 @@ ShardedOptimizer::ShardedOptimizer(
         "the optimizer has already stepped (it holds state), so its state "
         "cannot be partitioned. Prepare the optimizer before training.");
   }
-  if (group_) {
-    rank_ = group_->rank();
-    world_ = group_->size();
-  }
-  torch::NoGradGuard no_grad;
-  auto& groups = optimizer.param_groups();
+}
+
+// The parameters that get gradients, in flat order, into `params` (checked
+// to be distinct, dense and of one dtype and device), their sizes, and the
+// end of each param group in `params`.
+void zero_collect_params(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups,
+    std::vector<torch::Tensor>& params,
+    std::vector<int64_t>& sizes,
+    std::vector<int64_t>& group_ends) {
   std::unordered_set<const void*> seen;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> group_ends;
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params().size(); ++i) {
       const auto& p = groups[g].params()[i];
@@ -216,30 +219,89 @@ ShardedOptimizer::ShardedOptimizer(
             "ZeRO flattens the parameters into one buffer, but " + where +
                 " is sparse or not dense. Use zero_stage 0 for this model.");
       }
-      if (!params_.empty() && (p.scalar_type() != params_[0].scalar_type() ||
-                               p.device() != params_[0].device())) {
+      if (!params.empty() && (p.scalar_type() != params[0].scalar_type() ||
+                              p.device() != params[0].device())) {
         throw InvalidArgument(
             component::kZero,
             "ZeRO flattens an optimizer's parameters into one buffer, so "
             "they must share one dtype and device: param_groups[0] starts "
             "with " +
-                std::string(c10::toString(params_[0].scalar_type())) + " on " +
-                params_[0].device().str() + ", but " + where + " is " +
+                std::string(c10::toString(params[0].scalar_type())) + " on " +
+                params[0].device().str() + ", but " + where + " is " +
                 c10::toString(p.scalar_type()) + " on " + p.device().str() +
                 ". Convert the model to one dtype, or use one optimizer per "
                 "dtype.");
       }
-      params_.push_back(p);
+      params.push_back(p);
       sizes.push_back(p.numel());
     }
-    group_ends.push_back(static_cast<int64_t>(params_.size()));
+    group_ends.push_back(static_cast<int64_t>(params.size()));
   }
-  if (params_.empty()) {
+  if (params.empty()) {
     throw InvalidArgument(
         component::kZero,
         "the optimizer holds no parameter that requires a gradient, so there "
         "is nothing to partition.");
   }
+}
+
+// Stage 2's buckets, and each parameter's bucket in `bucket_of`; this
+// process's shard is [begin, end). A template only so that the private
+// ShardedOptimizer::Bucket is deduced, never named.
+template <typename BucketT>
+void zero_plan_buckets(
+    std::vector<BucketT>& buckets,
+    std::vector<size_t>& bucket_of,
+    const std::vector<torch::Tensor>& params,
+    const std::vector<int64_t>& offsets,
+    int64_t element,
+    int64_t bucket_bytes,
+    int64_t begin,
+    int64_t end) {
+  // Buckets from the last parameter back (backward's order), the first
+  // one small so that its reduce-scatter starts early (DDP's 1 MB).
+  int64_t cap = std::min<int64_t>(bucket_bytes, 1024 * 1024);
+  bucket_of.resize(params.size());
+  for (size_t last = params.size(); last > 0;) {
+    BucketT b;
+    b.last = last;
+    b.first = last;
+    int64_t bytes = 0;
+    while (b.first > 0 && (b.first == last || bytes < cap)) {
+      --b.first;
+      bytes += params[b.first].numel() * element;
+    }
+    b.begin = offsets[b.first];
+    b.end = offsets[last - 1] + params[last - 1].numel();
+    b.lo = std::clamp(begin, b.begin, b.end);
+    b.hi = std::clamp(end, b.begin, b.end);
+    for (size_t i = b.first; i < b.last; ++i) {
+      bucket_of[i] = buckets.size();
+    }
+    last = b.first;
+    buckets.push_back(std::move(b));
+    cap = bucket_bytes;
+  }
+}
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(
+    torch::optim::Optimizer& optimizer,
+    std::shared_ptr<dist::ProcessGroup> group,
+    int64_t stage,
+    int64_t bucket_bytes)
+    : optimizer_(optimizer), group_(std::move(group)), stage_(stage) {
+  zero_check_arguments(optimizer, stage, bucket_bytes);
+  if (group_) {
+    rank_ = group_->rank();
+    world_ = group_->size();
+  }
+  torch::NoGradGuard no_grad;
+  auto& groups = optimizer.param_groups();
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> group_ends;
+  zero_collect_params(groups, params_, sizes, group_ends);
   boundaries_ = partition_boundaries(sizes, world_);
   const int64_t total = boundaries_.back();
   flat_ = torch::empty({total}, params_[0].options());
@@ -259,31 +321,15 @@ ShardedOptimizer::ShardedOptimizer(
   const int64_t end = boundaries_[rank_ + 1];
   shard_grad_ = torch::zeros({end - begin}, flat_.options());
   if (stage_ == 2) {
-    // Buckets from the last parameter back (backward's order), the first
-    // one small so that its reduce-scatter starts early (DDP's 1 MB).
-    const int64_t element = static_cast<int64_t>(flat_.element_size());
-    int64_t cap = std::min<int64_t>(bucket_bytes, 1024 * 1024);
-    bucket_of_.resize(params_.size());
-    for (size_t last = params_.size(); last > 0;) {
-      Bucket b;
-      b.last = last;
-      b.first = last;
-      int64_t bytes = 0;
-      while (b.first > 0 && (b.first == last || bytes < cap)) {
-        --b.first;
-        bytes += params_[b.first].numel() * element;
-      }
-      b.begin = offsets_[b.first];
-      b.end = offsets_[last - 1] + params_[last - 1].numel();
-      b.lo = std::clamp(begin, b.begin, b.end);
-      b.hi = std::clamp(end, b.begin, b.end);
-      for (size_t i = b.first; i < b.last; ++i) {
-        bucket_of_[i] = buckets_.size();
-      }
-      last = b.first;
-      buckets_.push_back(std::move(b));
-      cap = bucket_bytes;
-    }
+    zero_plan_buckets(
+        buckets_,
+        bucket_of_,
+        params_,
+        offsets_,
+        static_cast<int64_t>(flat_.element_size()),
+        bucket_bytes,
+        begin,
+        end);
     if (world_ > 1) {
       for (size_t i = 0; i < params_.size(); ++i) {
         auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);

@@ -189,6 +189,199 @@ std::string plural(size_t n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+namespace {
+
+// The plot area in SVG pixels, and the ticks that its edges span.
+struct SvgChartFrame {
+  Ticks x_ticks;
+  Ticks y_ticks;
+  double width = 800;
+  double height = 320;
+  double left = 84;
+  double right = 24;
+  double top = 44;
+  double bottom = 52;
+  double plot_w = width - left - right;
+  double plot_h = height - top - bottom;
+
+  double px(double x) const {
+    return left + (x - x_ticks.lo) / (x_ticks.hi - x_ticks.lo) * plot_w;
+  }
+  double py(double y) const {
+    return top + plot_h - (y - y_ticks.lo) / (y_ticks.hi - y_ticks.lo) * plot_h;
+  }
+};
+
+// Ticks over every point of `lines` and every marker's step.
+SvgChartFrame svg_chart_frame(
+    const std::vector<Line>& lines, const std::vector<Marker>& markers) {
+  double x_lo = std::numeric_limits<double>::infinity();
+  double x_hi = -x_lo;
+  double y_lo = x_lo;
+  double y_hi = -x_lo;
+  for (const Line& line : lines) {
+    for (const Point& p : line.points) {
+      x_lo = std::min(x_lo, p.x);
+      x_hi = std::max(x_hi, p.x);
+      y_lo = std::min(y_lo, p.y);
+      y_hi = std::max(y_hi, p.y);
+    }
+  }
+  for (const Marker& m : markers) {
+    x_lo = std::min(x_lo, static_cast<double>(m.step));
+    x_hi = std::max(x_hi, static_cast<double>(m.step));
+  }
+  SvgChartFrame frame;
+  frame.x_ticks = nice_ticks(x_lo, x_hi, /*integer=*/true);
+  frame.y_ticks = nice_ticks(y_lo, y_hi, /*integer=*/false);
+  return frame;
+}
+
+// Opens the <svg> and draws the title, grid, ticks, axes and axis labels.
+void svg_chart_write_axes(
+    std::ostream& out,
+    const SvgChartFrame& f,
+    const std::string& id,
+    const std::string& heading,
+    const std::string& y_label) {
+  const std::string eid = escape(id);
+  out << "<svg id=\"" << eid << "\" class=\"chart\" viewBox=\"0 0 " << f.width
+      << " " << f.height << "\" role=\"img\" aria-labelledby=\"" << eid
+      << "-title\">\n"
+      << "<title id=\"" << eid << "-title\">" << escape(heading) << "</title>\n"
+      << "<text class=\"chart-title\" x=\"" << f.left << "\" y=\"26\">"
+      << escape(heading) << "</text>\n";
+  for (double v : f.y_ticks.values) {
+    const std::string y = coord(f.py(v));
+    out << "<line class=\"grid\" x1=\"" << f.left << "\" x2=\""
+        << f.left + f.plot_w << "\" y1=\"" << y << "\" y2=\"" << y << "\"/>"
+        << "<text class=\"tick\" x=\"" << f.left - 8 << "\" y=\"" << y
+        << "\" text-anchor=\"end\" dominant-baseline=\"middle\">"
+        << escape(format_tick(v, f.y_ticks)) << "</text>\n";
+  }
+  for (double v : f.x_ticks.values) {
+    const std::string x = coord(f.px(v));
+    out << "<line class=\"tick-mark\" x1=\"" << x << "\" x2=\"" << x
+        << "\" y1=\"" << f.top + f.plot_h << "\" y2=\"" << f.top + f.plot_h + 5
+        << "\"/><text class=\"tick\" x=\"" << x << "\" y=\""
+        << f.top + f.plot_h + 20 << "\" text-anchor=\"middle\">"
+        << escape(format_tick(v, f.x_ticks)) << "</text>\n";
+  }
+  out << "<line class=\"axis\" x1=\"" << f.left << "\" x2=\""
+      << f.left + f.plot_w << "\" y1=\"" << f.top + f.plot_h << "\" y2=\""
+      << f.top + f.plot_h << "\"/>"
+      << "<line class=\"axis\" x1=\"" << f.left << "\" x2=\"" << f.left
+      << "\" y1=\"" << f.top << "\" y2=\"" << f.top + f.plot_h << "\"/>\n"
+      << "<text class=\"axis-label\" x=\"" << f.left + f.plot_w / 2 << "\" y=\""
+      << f.height - 10 << "\" text-anchor=\"middle\">step</text>\n";
+  out << "<text class=\"axis-label\" transform=\"translate(18 "
+      << f.top + f.plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
+      << escape(y_label) << "</text>\n";
+}
+
+// One polyline per line (a circle for a single point), then the skipped-step
+// markers on the first line.
+void svg_chart_write_series(
+    std::ostream& out,
+    const SvgChartFrame& f,
+    const std::vector<Line>& lines,
+    const std::vector<Marker>& markers) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string cls = "s" + std::to_string(i % 4);
+    const std::vector<Point> points = thin(lines[i].points);
+    if (points.size() == 1) {
+      out << "<circle class=\"point " << cls << "\" cx=\""
+          << coord(f.px(points[0].x)) << "\" cy=\"" << coord(f.py(points[0].y))
+          << "\" r=\"4\"/>\n";
+      continue;
+    }
+    out << "<polyline class=\"series " << cls << "\" points=\"";
+    for (size_t k = 0; k < points.size(); ++k) {
+      out << (k ? " " : "") << coord(f.px(points[k].x)) << ","
+          << coord(f.py(points[k].y));
+    }
+    out << "\"/>\n";
+  }
+  if (!markers.empty()) {
+    const std::vector<Point>& base = lines.front().points;
+    for (const Marker& m : markers) {
+      const double x = static_cast<double>(m.step);
+      out << "<circle class=\"skip-marker\" cx=\"" << coord(f.px(x))
+          << "\" cy=\"" << coord(f.py(value_at(base, x))) << "\" r=\"5\">"
+          << "<title>step " << m.step << ": " << escape(format_value(m.skipped))
+          << " skipped</title></circle>\n";
+    }
+  }
+}
+
+// Legend, top right: one entry per line when there are several, and the
+// skipped-step marker when there is one.
+void svg_chart_write_legend(
+    std::ostream& out,
+    const SvgChartFrame& f,
+    const ChartSpec& spec,
+    const std::vector<Line>& lines,
+    const std::vector<Marker>& markers) {
+  std::vector<std::pair<std::string, std::string>> legend;  // class, label
+  if (lines.size() > 1 || spec.metrics.size() > 1) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      legend.emplace_back("s" + std::to_string(i % 4), lines[i].label);
+    }
+  }
+  if (!markers.empty()) {
+    legend.emplace_back("legend-skip", "skipped step");
+  }
+  double lx = f.left + f.plot_w - 200;
+  double ly = 22;
+  for (const auto& [cls, label] : legend) {
+    if (cls == "legend-skip") {
+      out << "<circle class=\"legend-skip\" cx=\"" << lx + 10 << "\" cy=\""
+          << ly - 4 << "\" r=\"5\"/>";
+    } else {
+      out << "<line class=\"legend-line " << cls << "\" x1=\"" << lx
+          << "\" x2=\"" << lx + 20 << "\" y1=\"" << ly - 4 << "\" y2=\""
+          << ly - 4 << "\"/>";
+    }
+    out << "<text class=\"legend\" x=\"" << lx + 26 << "\" y=\"" << ly << "\">"
+        << escape(label) << "</text>\n";
+    ly += 16;
+  }
+}
+
+// The caption's notes: single points, non-finite values skipped, thinned
+// lines and skipped steps.
+std::vector<std::string> svg_chart_notes(
+    const std::vector<Line>& lines, const std::vector<Marker>& markers) {
+  std::vector<std::string> notes;
+  for (const Line& line : lines) {
+    if (line.points.size() == 1) {
+      notes.push_back(
+          line.metric + ": a single point, at step " +
+          format("%.0f", line.points[0].x));
+    }
+    if (line.non_finite > 0) {
+      notes.push_back(
+          line.metric + ": " + std::to_string(line.non_finite) +
+          " non-finite value" + (line.non_finite == 1 ? "" : "s") +
+          " (NaN/inf) skipped");
+    }
+    if (line.points.size() > kMaxPointsPerLine) {
+      notes.push_back(
+          line.metric + ": " + std::to_string(line.points.size()) +
+          " points drawn as per-interval min/max");
+    }
+  }
+  if (!markers.empty()) {
+    notes.push_back(
+        plural(markers.size(), "step") +
+        " where the optimizer step was "
+        "skipped (inf/NaN gradients), marked in red");
+  }
+  return notes;
+}
+
+}  // namespace
+
 std::string render_chart(
     const ChartSpec& spec,
     const std::string& id,
@@ -230,154 +423,14 @@ std::string render_chart(
     return out.str();
   }
 
-  double x_lo = std::numeric_limits<double>::infinity();
-  double x_hi = -x_lo;
-  double y_lo = x_lo;
-  double y_hi = -x_lo;
-  for (const Line& line : lines) {
-    for (const Point& p : line.points) {
-      x_lo = std::min(x_lo, p.x);
-      x_hi = std::max(x_hi, p.x);
-      y_lo = std::min(y_lo, p.y);
-      y_hi = std::max(y_hi, p.y);
-    }
-  }
-  for (const Marker& m : markers) {
-    x_lo = std::min(x_lo, static_cast<double>(m.step));
-    x_hi = std::max(x_hi, static_cast<double>(m.step));
-  }
-  const Ticks x_ticks = nice_ticks(x_lo, x_hi, /*integer=*/true);
-  const Ticks y_ticks = nice_ticks(y_lo, y_hi, /*integer=*/false);
-
-  const double width = 800;
-  const double height = 320;
-  const double left = 84;
-  const double right = 24;
-  const double top = 44;
-  const double bottom = 52;
-  const double plot_w = width - left - right;
-  const double plot_h = height - top - bottom;
-  auto px = [&](double x) {
-    return left + (x - x_ticks.lo) / (x_ticks.hi - x_ticks.lo) * plot_w;
-  };
-  auto py = [&](double y) {
-    return top + plot_h - (y - y_ticks.lo) / (y_ticks.hi - y_ticks.lo) * plot_h;
-  };
-
-  const std::string eid = escape(id);
-  out << "<svg id=\"" << eid << "\" class=\"chart\" viewBox=\"0 0 " << width
-      << " " << height << "\" role=\"img\" aria-labelledby=\"" << eid
-      << "-title\">\n"
-      << "<title id=\"" << eid << "-title\">" << escape(heading) << "</title>\n"
-      << "<text class=\"chart-title\" x=\"" << left << "\" y=\"26\">"
-      << escape(heading) << "</text>\n";
-  for (double v : y_ticks.values) {
-    const std::string y = coord(py(v));
-    out << "<line class=\"grid\" x1=\"" << left << "\" x2=\"" << left + plot_w
-        << "\" y1=\"" << y << "\" y2=\"" << y << "\"/>"
-        << "<text class=\"tick\" x=\"" << left - 8 << "\" y=\"" << y
-        << "\" text-anchor=\"end\" dominant-baseline=\"middle\">"
-        << escape(format_tick(v, y_ticks)) << "</text>\n";
-  }
-  for (double v : x_ticks.values) {
-    const std::string x = coord(px(v));
-    out << "<line class=\"tick-mark\" x1=\"" << x << "\" x2=\"" << x
-        << "\" y1=\"" << top + plot_h << "\" y2=\"" << top + plot_h + 5
-        << "\"/><text class=\"tick\" x=\"" << x << "\" y=\""
-        << top + plot_h + 20 << "\" text-anchor=\"middle\">"
-        << escape(format_tick(v, x_ticks)) << "</text>\n";
-  }
-  out << "<line class=\"axis\" x1=\"" << left << "\" x2=\"" << left + plot_w
-      << "\" y1=\"" << top + plot_h << "\" y2=\"" << top + plot_h << "\"/>"
-      << "<line class=\"axis\" x1=\"" << left << "\" x2=\"" << left
-      << "\" y1=\"" << top << "\" y2=\"" << top + plot_h << "\"/>\n"
-      << "<text class=\"axis-label\" x=\"" << left + plot_w / 2 << "\" y=\""
-      << height - 10 << "\" text-anchor=\"middle\">step</text>\n";
+  const SvgChartFrame frame = svg_chart_frame(lines, markers);
   const std::string y_label = spec.unit.empty() ? names.front() : spec.unit;
-  out << "<text class=\"axis-label\" transform=\"translate(18 "
-      << top + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
-      << escape(y_label) << "</text>\n";
-
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string cls = "s" + std::to_string(i % 4);
-    const std::vector<Point> points = thin(lines[i].points);
-    if (points.size() == 1) {
-      out << "<circle class=\"point " << cls << "\" cx=\""
-          << coord(px(points[0].x)) << "\" cy=\"" << coord(py(points[0].y))
-          << "\" r=\"4\"/>\n";
-      continue;
-    }
-    out << "<polyline class=\"series " << cls << "\" points=\"";
-    for (size_t k = 0; k < points.size(); ++k) {
-      out << (k ? " " : "") << coord(px(points[k].x)) << ","
-          << coord(py(points[k].y));
-    }
-    out << "\"/>\n";
-  }
-  if (!markers.empty()) {
-    const std::vector<Point>& base = lines.front().points;
-    for (const Marker& m : markers) {
-      const double x = static_cast<double>(m.step);
-      out << "<circle class=\"skip-marker\" cx=\"" << coord(px(x)) << "\" cy=\""
-          << coord(py(value_at(base, x))) << "\" r=\"5\">"
-          << "<title>step " << m.step << ": " << escape(format_value(m.skipped))
-          << " skipped</title></circle>\n";
-    }
-  }
-
-  // Legend, top right: one entry per line when there are several, and the
-  // skipped-step marker when there is one.
-  std::vector<std::pair<std::string, std::string>> legend;  // class, label
-  if (lines.size() > 1 || spec.metrics.size() > 1) {
-    for (size_t i = 0; i < lines.size(); ++i) {
-      legend.emplace_back("s" + std::to_string(i % 4), lines[i].label);
-    }
-  }
-  if (!markers.empty()) {
-    legend.emplace_back("legend-skip", "skipped step");
-  }
-  double lx = left + plot_w - 200;
-  double ly = 22;
-  for (const auto& [cls, label] : legend) {
-    if (cls == "legend-skip") {
-      out << "<circle class=\"legend-skip\" cx=\"" << lx + 10 << "\" cy=\""
-          << ly - 4 << "\" r=\"5\"/>";
-    } else {
-      out << "<line class=\"legend-line " << cls << "\" x1=\"" << lx
-          << "\" x2=\"" << lx + 20 << "\" y1=\"" << ly - 4 << "\" y2=\""
-          << ly - 4 << "\"/>";
-    }
-    out << "<text class=\"legend\" x=\"" << lx + 26 << "\" y=\"" << ly << "\">"
-        << escape(label) << "</text>\n";
-    ly += 16;
-  }
+  svg_chart_write_axes(out, frame, id, heading, y_label);
+  svg_chart_write_series(out, frame, lines, markers);
+  svg_chart_write_legend(out, frame, spec, lines, markers);
   out << "</svg>\n";
 
-  std::vector<std::string> notes;
-  for (const Line& line : lines) {
-    if (line.points.size() == 1) {
-      notes.push_back(
-          line.metric + ": a single point, at step " +
-          format("%.0f", line.points[0].x));
-    }
-    if (line.non_finite > 0) {
-      notes.push_back(
-          line.metric + ": " + std::to_string(line.non_finite) +
-          " non-finite value" + (line.non_finite == 1 ? "" : "s") +
-          " (NaN/inf) skipped");
-    }
-    if (line.points.size() > kMaxPointsPerLine) {
-      notes.push_back(
-          line.metric + ": " + std::to_string(line.points.size()) +
-          " points drawn as per-interval min/max");
-    }
-  }
-  if (!markers.empty()) {
-    notes.push_back(
-        plural(markers.size(), "step") +
-        " where the optimizer step was "
-        "skipped (inf/NaN gradients), marked in red");
-  }
+  const std::vector<std::string> notes = svg_chart_notes(lines, markers);
   if (!notes.empty()) {
     out << "<figcaption>";
     for (size_t i = 0; i < notes.size(); ++i) {
