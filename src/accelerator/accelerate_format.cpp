@@ -507,8 +507,8 @@ void save_accelerate_state(
   fs::create_directories(dir);
   if (main_process) {
     std::vector<double> initial_lr;
-    if (st.schedulers.size() == 1) {
-      const auto sd = st.schedulers[0]->state_dict();
+    if (st.checkpoints.schedulers.size() == 1) {
+      const auto sd = st.checkpoints.schedulers[0]->state_dict();
       auto it = sd.find("base_lrs");
       if (it != sd.end() && it->second.isDoubleList()) {
         initial_lr = it->second.toDoubleVector();
@@ -525,10 +525,10 @@ void save_accelerate_state(
       ck::save_torch_file(
           name, optimizer_state(*st.optimizers[i].optimizer, initial_lr, name));
     }
-    for (size_t i = 0; i < st.schedulers.size(); ++i) {
+    for (size_t i = 0; i < st.checkpoints.schedulers.size(); ++i) {
       // A LambdaLR's load_state_dict pops lr_lambdas: one None per group
       // (the lambdas themselves are code, rebuilt by the Python program).
-      const StateDict sd = st.schedulers[i]->state_dict();
+      const StateDict sd = st.checkpoints.schedulers[i]->state_dict();
       auto state = python_state(sd, {"scheduler"});
       std::vector<PyRef> lambdas;
       const auto base = sd.find("base_lrs");
@@ -683,7 +683,8 @@ void load_accelerate_state(
         path(indexed("model", i, ".safetensors")));
   }
   check_count("optimizers", "optimizer", ".bin", st.optimizers.size());
-  check_count("schedulers", "scheduler", ".bin", st.schedulers.size());
+  check_count(
+      "schedulers", "scheduler", ".bin", st.checkpoints.schedulers.size());
   std::vector<OptimizerLoad> optimizers;
   for (size_t i = 0; i < st.optimizers.size(); ++i) {
     const std::string name = path(indexed("optimizer", i, ".bin"));
@@ -691,10 +692,12 @@ void load_accelerate_state(
         *st.optimizers[i].optimizer, ck::load_torch_file(name), name));
   }
   std::vector<StateDict> scheduler_states;
-  for (size_t i = 0; i < st.schedulers.size(); ++i) {
+  for (size_t i = 0; i < st.checkpoints.schedulers.size(); ++i) {
     const std::string name = path(indexed("scheduler", i, ".bin"));
     scheduler_states.push_back(as_state_dict(
-        ck::load_torch_file(name), st.schedulers[i]->state_dict(), name));
+        ck::load_torch_file(name),
+        st.checkpoints.schedulers[i]->state_dict(),
+        name));
   }
   std::optional<StateDict> scaler;
   if (fs::exists(path("scaler.pt")) && st.scaler) {
@@ -725,8 +728,8 @@ void load_accelerate_state(
   for (auto& optimizer : optimizers) {
     apply_optimizer(std::move(optimizer));
   }
-  for (size_t i = 0; i < st.schedulers.size(); ++i) {
-    st.schedulers[i]->load_state_dict(scheduler_states[i]);
+  for (size_t i = 0; i < st.checkpoints.schedulers.size(); ++i) {
+    st.checkpoints.schedulers[i]->load_state_dict(scheduler_states[i]);
   }
   if (scaler) {
     st.scaler->load_state_dict(*scaler);

@@ -32,7 +32,7 @@ namespace detail {
 
 void AcceleratorState::update_scaler() {
   scaler->update();
-  scaler_update_pending = false;
+  gradient.scaler_update_pending = false;
   for (auto& entry : optimizers) {
     entry.stepped = false;
     entry.unscaled = false;
@@ -40,33 +40,36 @@ void AcceleratorState::update_scaler() {
 }
 
 int64_t AcceleratorState::skipped_step_count() {
-  if (skipped_pending.defined()) {
-    skipped_steps += static_cast<int64_t>(skipped_pending.item<double>());
-    skipped_pending = torch::Tensor();
+  if (tracking.skipped_pending.defined()) {
+    tracking.skipped_steps +=
+        static_cast<int64_t>(tracking.skipped_pending.item<double>());
+    tracking.skipped_pending = torch::Tensor();
   }
-  return skipped_steps;
+  return tracking.skipped_steps;
 }
 
 void AcceleratorState::after_optimizer_step(
     const PreparedOptimizerEntry& entry) {
-  ++optimizer_steps;
+  ++tracking.optimizer_steps;
   if (entry.skipped_known) {
-    skipped_steps += *entry.skipped_known ? 1 : 0;
+    tracking.skipped_steps += *entry.skipped_known ? 1 : 0;
   } else {
     // Counted on the device: no host read in the step.
-    skipped_pending = skipped_pending.defined()
-                          ? skipped_pending + entry.found_inf.to(
-                                                  skipped_pending.device(),
-                                                  /*non_blocking=*/true)
-                          : entry.found_inf.clone();
+    tracking.skipped_pending =
+        tracking.skipped_pending.defined()
+            ? tracking.skipped_pending + entry.found_inf.to(
+                                             tracking.skipped_pending.device(),
+                                             /*non_blocking=*/true)
+            : entry.found_inf.clone();
   }
-  if (!options.auto_log || trackers.empty() ||
-      optimizer_steps % options.log_every_n_steps != 0) {
+  if (!options.auto_log || tracking.trackers.empty() ||
+      tracking.optimizer_steps % options.log_every_n_steps != 0) {
     return;
   }
   track::Metrics m;
-  if (loss_count > 0) {
-    m[track::kLoss] = loss_sum.item<double>() / double(loss_count);
+  if (tracking.loss_count > 0) {
+    m[track::kLoss] =
+        tracking.loss_sum.item<double>() / double(tracking.loss_count);
   }
   const auto& groups = optimizers.front().optimizer->param_groups();
   if (!groups.empty()) {
@@ -76,15 +79,15 @@ void AcceleratorState::after_optimizer_step(
     m[track::kLossScale] = scaler->get_scale();
   }
   m[track::kSkippedSteps] = double(skipped_step_count());
-  if (last_grad_norm.defined()) {
-    m[track::kGradNorm] = last_grad_norm.item<double>();
+  if (tracking.last_grad_norm.defined()) {
+    m[track::kGradNorm] = tracking.last_grad_norm.item<double>();
   }
   const auto now = std::chrono::steady_clock::now();
   const double seconds =
-      std::chrono::duration<double>(now - last_log_time).count();
-  if (samples_since_log > 0 && seconds > 0) {
+      std::chrono::duration<double>(now - tracking.last_log_time).count();
+  if (tracking.samples_since_log > 0 && seconds > 0) {
     m[track::kSamplesPerSecond] =
-        double(samples_since_log * num_processes) / seconds;
+        double(tracking.samples_since_log * process.num_processes) / seconds;
   }
   if (auto rss = track::process_rss_mb()) {
     m[track::kMemoryRssMb] = *rss;
@@ -95,12 +98,12 @@ void AcceleratorState::after_optimizer_step(
       m[track::kGpuUtilization] = gpu->utilization_percent;
     }
   }
-  log_to_trackers(*this, m, optimizer_steps);
-  loss_sum = torch::Tensor();
-  loss_count = 0;
-  last_grad_norm = torch::Tensor();
-  samples_since_log = 0;
-  last_log_time = now;
+  log_to_trackers(*this, m, tracking.optimizer_steps);
+  tracking.loss_sum = torch::Tensor();
+  tracking.loss_count = 0;
+  tracking.last_grad_norm = torch::Tensor();
+  tracking.samples_since_log = 0;
+  tracking.last_log_time = now;
 }
 
 std::string AcceleratorState::non_finite_gradients() const {
@@ -117,21 +120,21 @@ const AutocastOptions* forward_autocast(AcceleratorState& state) {
 }
 
 void note_forward(AcceleratorState& state) {
-  ++state.forwards_since_backward;
+  ++state.gradient.forwards_since_backward;
 }
 
 void set_end_of_dataloader(AcceleratorState& state, bool end) {
-  state.end_of_dataloader = end;
+  state.gradient.end_of_dataloader = end;
 }
 
 void note_batch(AcceleratorState& state, int64_t samples) {
-  state.samples_since_log += samples;
+  state.tracking.samples_since_log += samples;
 }
 
 std::shared_ptr<LoaderPosition> register_loader(
     AcceleratorState& state, const data::ShardedSampler& sampler) {
   auto position = std::make_shared<LoaderPosition>(LoaderPosition{sampler, 0});
-  state.loaders.push_back(position);
+  state.checkpoints.loaders.push_back(position);
   // accelerate's split_batches is the Accelerator's: one prepared loader
   // that splits its batches makes the schedulers step once per step.
   state.split_batches =
@@ -140,7 +143,7 @@ std::shared_ptr<LoaderPosition> register_loader(
 }
 
 void note_stream_loader(AcceleratorState& state) {
-  ++state.stream_loaders;
+  ++state.checkpoints.stream_loaders;
 }
 
 void throw_no_sampler(const char* what) {
@@ -158,7 +161,7 @@ void set_gather_remainder(AcceleratorState& state, int64_t remainder) {
 }
 
 bool is_distributed(const AcceleratorState& state) {
-  return state.group != nullptr || state.options.fsdp.has_value();
+  return state.process.group != nullptr || state.options.fsdp.has_value();
 }
 
 bool prepared_here(
@@ -254,7 +257,7 @@ AccumulateScope::AccumulateScope(
     const torch::Tensor& num_items)
     : state_(std::move(state)) {
   auto& st = *state_;
-  if (st.in_accumulate) {
+  if (st.gradient.in_accumulate) {
     throw UsageError(
         component::kAccelerator,
         "accumulate() scopes do not nest, got a second one while the first "
@@ -263,25 +266,26 @@ AccumulateScope::AccumulateScope(
   }
   // accelerate's _do_sync: the last batch of the data loader always syncs
   // and restarts the count.
-  if (st.end_of_dataloader) {
-    st.micro_step = 0;
-    st.sync_gradients = true;
+  if (st.gradient.end_of_dataloader) {
+    st.gradient.micro_step = 0;
+    st.gradient.sync_gradients = true;
   } else {
-    ++st.micro_step;
-    st.sync_gradients =
-        st.micro_step % st.options.gradient_accumulation_steps == 0;
+    ++st.gradient.micro_step;
+    st.gradient.sync_gradients =
+        st.gradient.micro_step % st.options.gradient_accumulation_steps == 0;
   }
-  st.in_accumulate = true;
-  st.window_factor = torch::Tensor();
-  ++st.window_micro_steps;
+  st.gradient.in_accumulate = true;
+  st.gradient.window_factor = torch::Tensor();
+  ++st.gradient.window_micro_steps;
   if (num_items.defined()) {
-    st.window_items =
-        st.window_items.defined() ? st.window_items + num_items : num_items;
+    st.gradient.window_items = st.gradient.window_items.defined()
+                                   ? st.gradient.window_items + num_items
+                                   : num_items;
   }
 }
 
 AccumulateScope::~AccumulateScope() {
-  state_->in_accumulate = false;
+  state_->gradient.in_accumulate = false;
 }
 
 Accelerator::Accelerator(AcceleratorOptions options)
@@ -320,7 +324,7 @@ Accelerator::Accelerator(AcceleratorOptions options)
         warn(
             component::kAccelerator,
             detail::skipped_step_line(
-                raw->optimizer_steps + 1,
+                raw->tracking.optimizer_steps + 1,
                 report.where,
                 report.old_scale,
                 report.new_scale));
@@ -328,17 +332,17 @@ Accelerator::Accelerator(AcceleratorOptions options)
     }
   }
   if (r.dist.distributed()) {
-    st.num_processes = r.dist.world_size;
-    st.process_index = r.dist.rank;
-    st.local_process_index = r.dist.local_rank;
-    st.group = std::make_shared<dist::ProcessGroup>(
+    st.process.num_processes = r.dist.world_size;
+    st.process.process_index = r.dist.rank;
+    st.process.local_process_index = r.dist.local_rank;
+    st.process.group = std::make_shared<dist::ProcessGroup>(
         r.dist,
         dist::GroupOptions().timeout(r.timeout).debug(r.debug),
         r.device);
     st.options.rows.push_back(
-        {"network", st.group->network(), "process group"});
+        {"network", st.process.group->network(), "process group"});
   }
-  st.strategy = detail::make_strategy(st.options, st.group != nullptr);
+  st.strategy = detail::make_strategy(st.options, st.process.group != nullptr);
   if (r.seed) {
     set_seed(*r.seed);
   }
@@ -370,9 +374,9 @@ Accelerator::~Accelerator() {
     state_->on_preemption = nullptr;
     detail::remove_preemption_handlers();
   }
-  if (state_->group && std::uncaught_exceptions() > 0) {
+  if (state_->process.group && std::uncaught_exceptions() > 0) {
     // Unwinding: let the other ranks' waits end with this rank's name.
-    state_->group->report_failure(
+    state_->process.group->report_failure(
         "it left the training loop with an exception (see its output)");
   }
   try {
@@ -386,7 +390,7 @@ Accelerator::~Accelerator() {
 }
 
 int64_t Accelerator::optimizer_steps() const {
-  return state_->optimizer_steps;
+  return state_->tracking.optimizer_steps;
 }
 
 int64_t Accelerator::skipped_optimizer_steps() const {
@@ -418,14 +422,14 @@ void Accelerator::set_gradient_accumulation_steps(int64_t n) {
             ". With an automatic batch size, use observed_batch_size / "
             "batch_size, at least 1.");
   }
-  if (st.in_accumulate) {
+  if (st.gradient.in_accumulate) {
     throw UsageError(
         component::kAccelerator,
         "set_gradient_accumulation_steps inside an accumulate() scope. "
         "Set it between micro-steps, before the scope opens.");
   }
   st.options.gradient_accumulation_steps = n;
-  st.micro_step = 0;
+  st.gradient.micro_step = 0;
 }
 
 void Accelerator::backward(const torch::Tensor& loss) {
@@ -445,7 +449,7 @@ void Accelerator::backward_unhinted(
     const torch::Tensor& loss, bool retain_graph, bool create_graph) {
   auto& st = *state_;
   const int64_t steps = st.options.gradient_accumulation_steps;
-  if (steps > 1 && !st.in_accumulate) {
+  if (steps > 1 && !st.gradient.in_accumulate) {
     throw UsageError(
         component::kAccelerator,
         "backward() with gradient_accumulation_steps " + std::to_string(steps) +
@@ -455,11 +459,12 @@ void Accelerator::backward_unhinted(
             "every " +
             std::to_string(steps) + " micro-batches.");
   }
-  if (st.scaler_update_pending) {
+  if (st.gradient.scaler_update_pending) {
     st.update_scaler();
   }
-  if (st.autocast && st.forwards_since_backward == 0 && !st.warned_no_forward) {
-    st.warned_no_forward = true;
+  if (st.autocast && st.gradient.forwards_since_backward == 0 &&
+      !st.gradient.warned_no_forward) {
+    st.gradient.warned_no_forward = true;
     warn(
         component::kAccelerator,
         "backward() found no forward under the Accelerator's autocast since "
@@ -468,33 +473,35 @@ void Accelerator::backward_unhinted(
             ". Call the prepared model (model(x)), not model->forward(x), or "
             "compute inside `auto guard = accelerator.autocast();`.");
   }
-  st.forwards_since_backward = 0;
+  st.gradient.forwards_since_backward = 0;
   if (st.options.detect_anomaly && !st.scaler &&
       !torch::isfinite(loss.detach()).all().item<bool>()) {
     throw TrainingDiverged(
         component::kAccelerator,
         "detect_anomaly: the loss is non-finite at step " +
-            std::to_string(st.optimizer_steps + 1) + " (micro-step " +
-            std::to_string(st.micro_step) + "), got " +
+            std::to_string(st.tracking.optimizer_steps + 1) + " (micro-step " +
+            std::to_string(st.gradient.micro_step) + "), got " +
             std::to_string(
                 loss.detach().to(torch::kDouble).sum().item<double>()) +
             ". Lower the learning rate, check the inputs of this batch for "
             "inf/NaN, or clip gradients (clip_grad_norm_).");
   }
-  if (st.options.auto_log && !st.trackers.empty()) {
+  if (st.options.auto_log && !st.tracking.trackers.empty()) {
     // Summed on the device; read once per log, not once per step.
     const auto value = loss.detach().to(torch::kFloat);
-    st.loss_sum = st.loss_sum.defined() ? st.loss_sum + value : value;
-    ++st.loss_count;
+    st.tracking.loss_sum =
+        st.tracking.loss_sum.defined() ? st.tracking.loss_sum + value : value;
+    ++st.tracking.loss_count;
   }
   // Counted items: the loss is a sum, divided by the window's items after
   // its synchronising backward. A further backward in that micro-step (two
   // losses, a GAN's two models) is scaled as the window's gradients were.
-  const bool closed = st.window_factor.defined();
-  torch::Tensor scaled = closed ? loss * st.window_factor.to(loss.scalar_type())
-                         : steps > 1 && !st.window_items.defined()
-                             ? loss / static_cast<double>(steps)
-                             : loss;
+  const bool closed = st.gradient.window_factor.defined();
+  torch::Tensor scaled =
+      closed ? loss * st.gradient.window_factor.to(loss.scalar_type())
+      : steps > 1 && !st.gradient.window_items.defined()
+          ? loss / static_cast<double>(steps)
+          : loss;
   if (st.scaler) {
     scaled = st.scaler->scale(scaled);
   }
@@ -503,7 +510,7 @@ void Accelerator::backward_unhinted(
     scaled.backward({}, retain_graph, create_graph);
   });
   st.strategy->after_backward(st);
-  if (st.sync_gradients && !closed) {
+  if (st.gradient.sync_gradients && !closed) {
     st.finish_window();
   }
 }
@@ -511,10 +518,10 @@ void Accelerator::backward_unhinted(
 namespace detail {
 void AcceleratorState::finish_window() {
   const int64_t steps = options.gradient_accumulation_steps;
-  const int64_t had = window_micro_steps;
-  torch::Tensor items = std::move(window_items);
-  window_micro_steps = 0;
-  window_items = torch::Tensor();
+  const int64_t had = gradient.window_micro_steps;
+  torch::Tensor items = std::move(gradient.window_items);
+  gradient.window_micro_steps = 0;
+  gradient.window_items = torch::Tensor();
   torch::Tensor factor;
   if (had == 0) {
     return;  // no accumulate() scope: nothing was counted
@@ -524,9 +531,9 @@ void AcceleratorState::finish_window() {
     // (DDP and ZeRO divide by the process count), so the sum over
     // processes is that times the count.
     auto total = items.to(torch::kDouble);
-    if (group && options.dist.world_size > 1) {
+    if (process.group && options.dist.world_size > 1) {
       collective("item count all-reduce", [&] {
-        group->all_reduce(total, ReduceOp::sum);
+        process.group->all_reduce(total, ReduceOp::sum);
       });
     }
     factor =
@@ -538,7 +545,7 @@ void AcceleratorState::finish_window() {
   } else {
     return;
   }
-  window_factor = factor;
+  gradient.window_factor = factor;
   torch::NoGradGuard no_grad;
   // Every gradient once: the prepared models' and the optimizers'
   // parameters (a tensor may be in both, or registered twice). Under ZeRO
@@ -588,7 +595,7 @@ Accelerator::FullParamsScope Accelerator::summon_full_params() {
 
 void Accelerator::free_memory() {
   auto& st = *state_;
-  if (st.in_accumulate || st.no_sync_depth > 0) {
+  if (st.gradient.in_accumulate || st.gradient.no_sync_depth > 0) {
     throw UsageError(
         component::kAccelerator,
         "free_memory() inside an accumulate() or no_sync() scope. Call it "
@@ -597,22 +604,22 @@ void Accelerator::free_memory() {
   st.models.clear();  // each entry's wrappers before its module
   st.named_parameters.clear();
   st.optimizers.clear();
-  st.schedulers.clear();
-  st.loaders.clear();
-  st.stream_loaders = 0;
-  st.registered.clear();
+  st.checkpoints.schedulers.clear();
+  st.checkpoints.loaders.clear();
+  st.checkpoints.stream_loaders = 0;
+  st.checkpoints.registered.clear();
   st.split_batches = false;
-  st.optimizer_steps = 0;
-  st.skipped_steps = 0;
-  st.skipped_pending = torch::Tensor();
-  st.micro_step = 0;
-  st.sync_gradients = true;
-  st.end_of_dataloader = false;
-  st.scaler_update_pending = false;
-  st.forwards_since_backward = 0;
-  st.loss_sum = torch::Tensor();
-  st.loss_count = 0;
-  st.last_grad_norm = torch::Tensor();
+  st.tracking.optimizer_steps = 0;
+  st.tracking.skipped_steps = 0;
+  st.tracking.skipped_pending = torch::Tensor();
+  st.gradient.micro_step = 0;
+  st.gradient.sync_gradients = true;
+  st.gradient.end_of_dataloader = false;
+  st.gradient.scaler_update_pending = false;
+  st.gradient.forwards_since_backward = 0;
+  st.tracking.loss_sum = torch::Tensor();
+  st.tracking.loss_count = 0;
+  st.tracking.last_grad_norm = torch::Tensor();
   st.gather_remainder = 0;
   detail::release_cached_memory();
 }
@@ -630,7 +637,7 @@ void Accelerator::check_prepared(const PreparedModelBase& model) const {
 AccumulateScope Accelerator::accumulate(const PreparedModelBase& model) {
   check_prepared(model);
   detail::preemption_point(*state_);
-  if (state_->window_items.defined()) {
+  if (state_->gradient.window_items.defined()) {
     throw UsageError(
         component::kAccelerator,
         "accumulate(model) without an item count in a window whose earlier "
@@ -656,7 +663,8 @@ AccumulateScope Accelerator::accumulate(
                  : std::string("an undefined tensor")) +
             ". Pass e.g. (labels != -100).sum().");
   }
-  if (st.window_micro_steps > 0 && !st.window_items.defined()) {
+  if (st.gradient.window_micro_steps > 0 &&
+      !st.gradient.window_items.defined()) {
     throw UsageError(
         component::kAccelerator,
         "accumulate(model, num_items) in a window whose earlier micro-steps "
@@ -696,11 +704,11 @@ Accelerator::NoSyncScope Accelerator::no_sync(const PreparedModelBase& model) {
 Accelerator::NoSyncScope::NoSyncScope(
     std::shared_ptr<detail::AcceleratorState> state)
     : state_(std::move(state)) {
-  ++state_->no_sync_depth;
+  ++state_->gradient.no_sync_depth;
 }
 
 Accelerator::NoSyncScope::~NoSyncScope() {
-  --state_->no_sync_depth;
+  --state_->gradient.no_sync_depth;
 }
 
 void set_seed(uint64_t seed, bool device_specific, bool deterministic) {
@@ -717,11 +725,11 @@ void set_seed(uint64_t seed, bool device_specific, bool deterministic) {
 }
 
 bool Accelerator::sync_gradients() const {
-  return state_->sync_gradients;
+  return state_->gradient.sync_gradients;
 }
 
 bool Accelerator::end_of_dataloader() const {
-  return state_->end_of_dataloader;
+  return state_->gradient.end_of_dataloader;
 }
 
 bool Accelerator::optimizer_step_was_skipped() const {
@@ -796,13 +804,13 @@ void Accelerator::check_stream_loader(
 
 std::function<int64_t(int64_t)> Accelerator::process_counter() const {
   return [state = state_](int64_t flag) -> int64_t {
-    if (!state->group) {
+    if (!state->process.group) {
       return flag;
     }
     auto t = torch::full(
         {1}, flag, torch::dtype(torch::kLong).device(detail::device(*state)));
     state->collective("stream end all-reduce", [&] {
-      state->group->all_reduce(t, ReduceOp::sum);
+      state->process.group->all_reduce(t, ReduceOp::sum);
     });
     return t.item<int64_t>();
   };

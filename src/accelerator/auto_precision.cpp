@@ -199,7 +199,7 @@ void decide_auto_precision(
   const std::string key = auto_cache_key(module, inputs);
   Measured m;
   bool cached = false;
-  if (st.process_index == 0) {
+  if (st.process.process_index == 0) {
     // Injected timings are never cached, nor read from the cache.
     const auto override = current_override();
     const bool injected = override && override->seconds;
@@ -222,11 +222,11 @@ void decide_auto_precision(
       }
     }
   }
-  if (st.group) {
+  if (st.process.group) {
     // Every process trains in what rank 0 chose.
     auto t = torch::tensor(
         {static_cast<double>(code_of(m.fastest)), m.ratio}, torch::kDouble);
-    st.collective("broadcast", [&] { st.group->broadcast(t, 0); });
+    st.collective("broadcast", [&] { st.process.group->broadcast(t, 0); });
     m.fastest =
         static_cast<Precision>(static_cast<int64_t>(t[0].item<double>()));
     m.ratio = t[1].item<double>();
@@ -257,7 +257,7 @@ void decide_auto_precision(
       row.source = "measured on the model: " + r.auto_precision_reason;
     }
   }
-  if (st.process_index == 0 && !r.quiet) {
+  if (st.process.process_index == 0 && !r.quiet) {
     std::cerr << "ampkit: mixed_precision auto chose " << to_string(m.fastest)
               << ": " << r.auto_precision_reason << '\n'
               << std::flush;

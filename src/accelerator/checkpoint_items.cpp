@@ -395,8 +395,8 @@ class LoadersItem final : public CheckpointItem {
  public:
   void shared_files(
       const AcceleratorState& st, const FileVisitor& visit) const override {
-    for (size_t i = 0; i < st.loaders.size(); ++i) {
-      const auto& position = *st.loaders[i];
+    for (size_t i = 0; i < st.checkpoints.loaders.size(); ++i) {
+      const auto& position = *st.checkpoints.loaders[i];
       visit(indexed("sampler", i, ".bin"), [&] {
         return archive_bytes([&](auto& a) {
           position.sampler.save_position(a, position.consumed);
@@ -407,20 +407,24 @@ class LoadersItem final : public CheckpointItem {
   void check(
       const AcceleratorState& st, const CheckpointReader& in) const override {
     check_count(
-        in, "data loader positions", "sampler", ".bin", st.loaders.size());
+        in,
+        "data loader positions",
+        "sampler",
+        ".bin",
+        st.checkpoints.loaders.size());
   }
   std::function<void()> read(
       AcceleratorState& st, const CheckpointReader& in) const override {
     auto bytes = std::make_shared<std::vector<std::string>>();
-    for (size_t i = 0; i < st.loaders.size(); ++i) {
+    for (size_t i = 0; i < st.checkpoints.loaders.size(); ++i) {
       bytes->push_back(in.read(indexed("sampler", i, ".bin")));
     }
     return [&st, bytes, dir = in.dir] {
-      for (size_t i = 0; i < st.loaders.size(); ++i) {
+      for (size_t i = 0; i < st.checkpoints.loaders.size(); ++i) {
         const std::string path =
             (fs::path(dir) / indexed("sampler", i, ".bin")).string();
         read_archive((*bytes)[i], path, torch::kCPU, [&](auto& a) {
-          st.loaders[i]->sampler.load(a);
+          st.checkpoints.loaders[i]->sampler.load(a);
         });
       }
     };
@@ -468,14 +472,16 @@ class RegisteredItem final : public CheckpointItem {
  public:
   void shared_files(
       const AcceleratorState& st, const FileVisitor& visit) const override {
-    for (size_t i = 0; i < st.registered.size(); ++i) {
-      visit(file(i), [&] { return encode_state(st.registered[i].save()); });
+    for (size_t i = 0; i < st.checkpoints.registered.size(); ++i) {
+      visit(file(i), [&] {
+        return encode_state(st.checkpoints.registered[i].save());
+      });
     }
   }
   std::function<void()> read(
       AcceleratorState& st, const CheckpointReader& in) const override {
     auto saved = std::make_shared<std::vector<StateDict>>();
-    for (size_t i = 0; i < st.registered.size(); ++i) {
+    for (size_t i = 0; i < st.checkpoints.registered.size(); ++i) {
       if (!in.has(file(i))) {
         throw InvalidArgument(
             component::kAccelerator,
@@ -483,15 +489,15 @@ class RegisteredItem final : public CheckpointItem {
                 " has no ",
                 file(i),
                 ", but ",
-                st.registered.size(),
+                st.checkpoints.registered.size(),
                 " objects are registered for checkpointing. Register the "
                 "same objects as the run that saved it."));
       }
       saved->push_back(read_state(in, file(i)));
     }
     return [&st, saved] {
-      for (size_t i = 0; i < st.registered.size(); ++i) {
-        st.registered[i].load((*saved)[i]);
+      for (size_t i = 0; i < st.checkpoints.registered.size(); ++i) {
+        st.checkpoints.registered[i].load((*saved)[i]);
       }
     };
   }
@@ -627,16 +633,16 @@ class CountersItem final : public CheckpointItem {
       const AcceleratorState& st, const FileVisitor& visit) const override {
     visit(kCountersFile, [&] {
       nlohmann::ordered_json loaders = nlohmann::ordered_json::array();
-      for (const auto& position : st.loaders) {
+      for (const auto& position : st.checkpoints.loaders) {
         loaders.push_back(
             {{"epoch", position->sampler.epoch()},
              {"batches_consumed", position->consumed}});
       }
       nlohmann::ordered_json state;
-      state["optimizer_steps"] = st.optimizer_steps;
+      state["optimizer_steps"] = st.tracking.optimizer_steps;
       state["skipped_steps"] = skipped_;
-      state["micro_step"] = st.micro_step;
-      state["num_processes"] = st.num_processes;
+      state["micro_step"] = st.gradient.micro_step;
+      state["num_processes"] = st.process.num_processes;
       state["mixed_precision"] = to_string(st.options.mixed_precision);
       state["gradient_accumulation_steps"] =
           st.options.gradient_accumulation_steps;
@@ -668,11 +674,11 @@ class CountersItem final : public CheckpointItem {
     }
     check_resumed_settings(st, counters, in.dir);
     return [&st, optimizer_steps, skipped_steps, micro_step] {
-      st.optimizer_steps = optimizer_steps;
-      st.skipped_steps = skipped_steps;
-      st.skipped_pending = torch::Tensor();
-      st.micro_step = micro_step;
-      st.scaler_update_pending = false;
+      st.tracking.optimizer_steps = optimizer_steps;
+      st.tracking.skipped_steps = skipped_steps;
+      st.tracking.skipped_pending = torch::Tensor();
+      st.gradient.micro_step = micro_step;
+      st.gradient.scaler_update_pending = false;
     };
   }
 
@@ -722,30 +728,35 @@ class SchedulersItem final : public CheckpointItem {
  public:
   void shared_files(
       const AcceleratorState& st, const FileVisitor& visit) const override {
-    for (size_t i = 0; i < st.schedulers.size(); ++i) {
+    for (size_t i = 0; i < st.checkpoints.schedulers.size(); ++i) {
       visit(file(i), [&] {
-        return encode_state(st.schedulers[i]->state_dict());
+        return encode_state(st.checkpoints.schedulers[i]->state_dict());
       });
     }
   }
   void check(
       const AcceleratorState& st, const CheckpointReader& in) const override {
-    check_count(in, "schedulers", "scheduler", ".bin", st.schedulers.size());
+    check_count(
+        in,
+        "schedulers",
+        "scheduler",
+        ".bin",
+        st.checkpoints.schedulers.size());
   }
   std::function<void()> read(
       AcceleratorState& st, const CheckpointReader& in) const override {
     auto saved = std::make_shared<std::vector<StateDict>>();
-    for (size_t i = 0; i < st.schedulers.size(); ++i) {
+    for (size_t i = 0; i < st.checkpoints.schedulers.size(); ++i) {
       saved->push_back(read_state(in, file(i)));
       keep_or_refuse_schedule_length(
-          *st.schedulers[i],
+          *st.checkpoints.schedulers[i],
           saved->back(),
           st.options.reset_schedule,
           in.path(file(i)));
     }
     return [&st, saved] {
-      for (size_t i = 0; i < st.schedulers.size(); ++i) {
-        st.schedulers[i]->load_state_dict((*saved)[i]);
+      for (size_t i = 0; i < st.checkpoints.schedulers.size(); ++i) {
+        st.checkpoints.schedulers[i]->load_state_dict((*saved)[i]);
       }
     };
   }

@@ -46,8 +46,9 @@ namespace {
 // A hook run before save_state (save) or load_state; returns its handle.
 size_t add_state_hook(
     detail::AcceleratorState& st, bool save, Accelerator::StateHook hook) {
-  st.state_hooks.push_back({st.next_hook_handle, save, std::move(hook)});
-  return st.next_hook_handle++;
+  st.checkpoints.state_hooks.push_back(
+      {st.checkpoints.next_hook_handle, save, std::move(hook)});
+  return st.checkpoints.next_hook_handle++;
 }
 }  // namespace
 
@@ -60,7 +61,7 @@ size_t Accelerator::register_load_state_pre_hook(StateHook hook) {
 }
 
 void Accelerator::remove_state_hook(size_t handle) {
-  auto& hooks = state_->state_hooks;
+  auto& hooks = state_->checkpoints.state_hooks;
   for (auto it = hooks.begin(); it != hooks.end(); ++it) {
     if (it->handle == handle) {
       hooks.erase(it);
@@ -78,7 +79,7 @@ void Accelerator::remove_state_hook(size_t handle) {
 namespace detail {
 void AcceleratorState::run_state_hooks(
     bool save, const std::string& dir) const {
-  for (const auto& entry : state_hooks) {
+  for (const auto& entry : checkpoints.state_hooks) {
     if (entry.save == save) {
       entry.hook(modules(), dir);
     }
@@ -89,7 +90,7 @@ void AcceleratorState::run_state_hooks(
 void Accelerator::register_checkpoint_object(
     std::function<StateDict()> save,
     std::function<void(const StateDict&)> load) {
-  state_->registered.push_back({std::move(save), std::move(load)});
+  state_->checkpoints.registered.push_back({std::move(save), std::move(load)});
 }
 
 namespace {
@@ -210,17 +211,17 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   if (dir) {
     target = *dir;
   } else if (st.options.automatic_checkpoint_naming) {
-    if (st.checkpoint_iteration < 0) {
+    if (st.checkpoints.checkpoint_iteration < 0) {
       const auto existing = ck::list_checkpoints(checkpoints_dir(st));
-      st.checkpoint_iteration =
+      st.checkpoints.checkpoint_iteration =
           existing.empty() ? 0 : existing.back().first + 1;
       if (num_processes() > 1) {
         // Machines with folders of their own agree on the next number.
-        st.checkpoint_iteration =
-            agree(*this, st, {st.checkpoint_iteration}, ReduceOp::max)[0];
+        st.checkpoints.checkpoint_iteration = agree(
+            *this, st, {st.checkpoints.checkpoint_iteration}, ReduceOp::max)[0];
       }
     }
-    iteration = st.checkpoint_iteration;
+    iteration = st.checkpoints.checkpoint_iteration;
     target = (fs::path(checkpoints_dir(st)) /
               ("checkpoint_" + std::to_string(iteration)))
                  .string();
@@ -231,12 +232,13 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
         "write project_dir/checkpoints/checkpoint_N. Call "
         "save_state(\"DIR\").");
   }
-  if (st.stream_loaders > 0 && !st.stream_position_told) {
-    st.stream_position_told = true;
+  if (st.checkpoints.stream_loaders > 0 &&
+      !st.checkpoints.stream_position_told) {
+    st.checkpoints.stream_position_told = true;
     warn(
         component::kAccelerator,
         "save_state does not save where the " +
-            std::to_string(st.stream_loaders) +
+            std::to_string(st.checkpoints.stream_loaders) +
             " prepared stream(s) are: a stream has no positions to go back "
             "to. After load_state a stream goes on from wherever it stands "
             "(a new one from its start); skip what was read in the stream "
@@ -246,7 +248,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   // The scale update that is due would run at the next backward; running it
   // now stores the scale that step will use (and the pending update is not
   // lost or applied twice on resume).
-  if (st.scaler_update_pending) {
+  if (st.gradient.scaler_update_pending) {
     st.update_scaler();
   }
   const bool main = is_main_process();
@@ -296,7 +298,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
       item->describe(st, manifest);
     }
     manifest.world_size = num_processes();
-    manifest.step = st.optimizer_steps;
+    manifest.step = st.tracking.optimizer_steps;
     std::error_code ec;
     fs::remove(fs::path(ck::partial_dir(target)) / kOwnerFile, ec);
     writer->commit(manifest);
@@ -306,7 +308,7 @@ std::string Accelerator::save_state(const std::optional<std::string>& dir) {
   }
   wait_for_everyone();  // the checkpoint is complete for everyone
   if (iteration >= 0) {
-    st.checkpoint_iteration = iteration + 1;
+    st.checkpoints.checkpoint_iteration = iteration + 1;
   }
   return target;
 }
@@ -318,7 +320,7 @@ std::string Accelerator::save_state(const std::string& dir, SaveFormat format) {
   auto& st = *state_;
   st.run_state_hooks(/*save=*/true, dir);
   detail::save_accelerate_state(
-      st, process_index(), is_main_process(), st.micro_step, dir);
+      st, process_index(), is_main_process(), st.gradient.micro_step, dir);
   wait_for_everyone();
   return dir;
 }
@@ -381,7 +383,7 @@ std::string Accelerator::load_state(const std::optional<std::string>& dir) {
   for (const auto& [n, p] : ck::list_checkpoints(checkpoints_dir(st))) {
     std::error_code ec;
     if (fs::equivalent(p, target, ec)) {
-      st.checkpoint_iteration = n + 1;
+      st.checkpoints.checkpoint_iteration = n + 1;
     }
   }
   return target;

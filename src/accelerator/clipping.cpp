@@ -51,7 +51,7 @@ torch::Tensor clip_to(
   for (const auto& g : grads) {
     g.mul_(coef.to(g.device()));
   }
-  st.last_grad_norm = total;
+  st.tracking.last_grad_norm = total;
   return total;
 }
 }  // namespace
@@ -78,7 +78,7 @@ torch::Tensor combine_norms(
 }
 
 void unscale_gradients(AcceleratorState& st) {
-  if (!st.scaler || !st.sync_gradients) {
+  if (!st.scaler || !st.gradient.sync_gradients) {
     return;
   }
   for (auto& entry : st.optimizers) {
@@ -96,7 +96,7 @@ torch::Tensor clip_grad_norm(
     double norm_type) {
   torch::NoGradGuard no_grad;
   const c10::Device device = st.options.device;
-  if (!st.sync_gradients) {
+  if (!st.gradient.sync_gradients) {
     // The gradients are partial and, under loss scaling, still scaled:
     // nothing is clipped or unscaled in place, but the norm of what has
     // accumulated so far is returned (unscaled), so that code ported from
@@ -152,7 +152,7 @@ void Accelerator::clip_grad_value_(
         "clip_grad_value_ needs clip_value >= 0 and finite, got " +
             std::to_string(clip_value) + ".");
   }
-  if (!state_->sync_gradients) {
+  if (!state_->gradient.sync_gradients) {
     return;
   }
   unscale_gradients();

@@ -19,41 +19,41 @@ namespace ampkit {
 namespace {}  // namespace
 
 bool Accelerator::is_main_process() const {
-  return state_->process_index == 0;
+  return state_->process.process_index == 0;
 }
 
 bool Accelerator::is_last_process() const {
-  return state_->process_index == state_->num_processes - 1;
+  return state_->process.process_index == state_->process.num_processes - 1;
 }
 
 bool Accelerator::is_local_main_process() const {
-  return state_->local_process_index == 0;
+  return state_->process.local_process_index == 0;
 }
 
 int64_t Accelerator::process_index() const {
-  return state_->process_index;
+  return state_->process.process_index;
 }
 
 int64_t Accelerator::local_process_index() const {
-  return state_->local_process_index;
+  return state_->process.local_process_index;
 }
 
 int64_t Accelerator::num_processes() const {
-  return state_->num_processes;
+  return state_->process.num_processes;
 }
 
 void Accelerator::wait_for_everyone() {
-  if (state_->group) {
-    state_->group->barrier();
+  if (state_->process.group) {
+    state_->process.group->barrier();
   }
 }
 
 torch::Tensor Accelerator::gather(const torch::Tensor& tensor) {
   const torch::Tensor t = tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor;
-  if (!state_->group) {
+  if (!state_->process.group) {
     return t;
   }
-  return torch::cat(state_->group->all_gather(t), 0);
+  return torch::cat(state_->process.group->all_gather(t), 0);
 }
 
 std::vector<char> Accelerator::to_pickle(const c10::IValue& value) {
@@ -79,7 +79,7 @@ std::vector<char> bytes_of(const torch::Tensor& t, int64_t length) {
 
 std::vector<std::vector<char>> Accelerator::gather_bytes(
     const std::vector<char>& bytes) {
-  if (!state_->group) {
+  if (!state_->process.group) {
     return {bytes};
   }
   const auto lengths =
@@ -102,7 +102,7 @@ std::vector<char> Accelerator::broadcast_bytes(
   const auto length = broadcast(
       torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong),
       from_process);
-  if (!state_->group) {
+  if (!state_->process.group) {
     return bytes;
   }
   const int64_t n = length.to(torch::kCPU).item<int64_t>();
@@ -116,15 +116,15 @@ std::vector<char> Accelerator::broadcast_bytes(
 torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& tensor) {
   torch::Tensor all = gather(tensor);
   auto& st = *state_;
-  if (st.group && st.end_of_dataloader && st.gather_remainder > 0 &&
-      st.gather_remainder < all.size(0)) {
+  if (st.process.group && st.gradient.end_of_dataloader &&
+      st.gather_remainder > 0 && st.gather_remainder < all.size(0)) {
     return all.narrow(0, 0, st.gather_remainder);
   }
   return all;
 }
 
 torch::Tensor Accelerator::reduce(const torch::Tensor& tensor, ReduceOp op) {
-  if (!state_->group) {
+  if (!state_->process.group) {
     // The sum, mean and max of one process's tensor are the tensor.
     return tensor;
   }
@@ -132,7 +132,7 @@ torch::Tensor Accelerator::reduce(const torch::Tensor& tensor, ReduceOp op) {
   if (op == ReduceOp::mean && !t.is_floating_point()) {
     t = t.to(torch::kFloat);
   }
-  state_->group->all_reduce(t, op);
+  state_->process.group->all_reduce(t, op);
   return t;
 }
 
@@ -145,11 +145,11 @@ torch::Tensor Accelerator::broadcast(
             std::to_string(num_processes()) + "), got " +
             std::to_string(from_process) + ".");
   }
-  if (!state_->group) {
+  if (!state_->process.group) {
     return tensor;
   }
   torch::Tensor t = tensor.clone();
-  state_->group->broadcast(t, from_process);
+  state_->process.group->broadcast(t, from_process);
   return t;
 }
 
@@ -165,12 +165,12 @@ torch::Tensor Accelerator::pad_across_processes(
             std::to_string(tensor.dim()) + " dimensions, got " +
             std::to_string(dim) + ".");
   }
-  if (!state_->group) {
+  if (!state_->process.group) {
     return tensor;
   }
   const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
   auto size = torch::tensor({tensor.size(d)}, torch::kLong).to(tensor.device());
-  state_->group->all_reduce(size, dist::ReduceOp::max);
+  state_->process.group->all_reduce(size, dist::ReduceOp::max);
   const int64_t longest = size.cpu().item<int64_t>();
   if (longest == tensor.size(d)) {
     return tensor;
@@ -229,7 +229,7 @@ bool Accelerator::check_trigger() {
 }
 
 dist::ProcessGroup* Accelerator::process_group() const {
-  return state_->group.get();
+  return state_->process.group.get();
 }
 
 void Accelerator::print_line(const std::string& line) const {

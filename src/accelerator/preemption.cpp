@@ -82,18 +82,19 @@ void remove_preemption_handlers() {
 
 int64_t max_over_processes(AcceleratorState& st, int64_t value) {
   auto t = torch::tensor({value}, torch::kLong);
-  if (st.group) {
-    st.collective(
-        "all_reduce", [&] { st.group->all_reduce(t, dist::ReduceOp::max); });
+  if (st.process.group) {
+    st.collective("all_reduce", [&] {
+      st.process.group->all_reduce(t, dist::ReduceOp::max);
+    });
   }
   return t.item<int64_t>();
 }
 
 void preemption_point(AcceleratorState& st) {
-  if (st.optimizer_steps == st.preemption_checked_step) {
+  if (st.tracking.optimizer_steps == st.preemption_checked_step) {
     return;  // no step since the last check
   }
-  st.preemption_checked_step = st.optimizer_steps;
+  st.preemption_checked_step = st.tracking.optimizer_steps;
   // Every process stops at the same step: each asks whether any got a
   // signal (they may have got it at different moments).
   const int64_t sig = max_over_processes(st, g_signal);
@@ -124,7 +125,7 @@ void Accelerator::preempt(int signal) {
               ? (std::filesystem::path(r.project_dir) / "checkpoints").string()
               : r.preemption_dir;
       dir = (std::filesystem::path(parent) /
-             ("checkpoint_" + std::to_string(st.optimizer_steps)))
+             ("checkpoint_" + std::to_string(st.tracking.optimizer_steps)))
                 .string();
     }
     what = "saved " + save_state(dir) + "; resume from it (load_state, or " +
@@ -133,8 +134,8 @@ void Accelerator::preempt(int signal) {
   end_training();
   if (is_main_process()) {
     std::cerr << "ampkit Accelerator: " << name << " at step "
-              << st.optimizer_steps << ": " << what << "; exiting with "
-              << 128 + signal << '\n'
+              << st.tracking.optimizer_steps << ": " << what
+              << "; exiting with " << 128 + signal << '\n'
               << std::flush;
   }
   std::cout << std::flush;

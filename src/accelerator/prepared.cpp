@@ -191,7 +191,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(
 
 PreparedScheduler Accelerator::prepare_scheduler(
     optim::LRScheduler& scheduler) {
-  state_->schedulers.push_back(&scheduler);
+  state_->checkpoints.schedulers.push_back(&scheduler);
   return PreparedScheduler(scheduler, state_);
 }
 
@@ -218,7 +218,7 @@ void PreparedOptimizer::step() {
 
 void PreparedOptimizer::step_unhinted() {
   auto& st = *state_;
-  if (!st.sync_gradients) {
+  if (!st.gradient.sync_gradients) {
     return;
   }
   auto& entry = this->entry();
@@ -245,7 +245,7 @@ void PreparedOptimizer::step_optimizer() {
       throw TrainingDiverged(
           component::kAccelerator,
           "detect_anomaly: non-finite gradients at step " +
-              std::to_string(st.optimizer_steps + 1) + " in " + where +
+              std::to_string(st.tracking.optimizer_steps + 1) + " in " + where +
               "; the step was not taken. Lower the learning "
               "rate, clip gradients (clip_grad_norm_), or look for an "
               "overflowing op in the forward (fp16: use loss scaling).");
@@ -289,7 +289,7 @@ void PreparedOptimizer::step_optimizer() {
     entry.skipped_known = !st.scaler->step(*optimizer_).has_value();
   }
   entry.stepped = true;
-  st.scaler_update_pending = true;
+  st.gradient.scaler_update_pending = true;
   bool all_stepped = true;
   for (const auto& e : st.optimizers) {
     all_stepped = all_stepped && e.stepped;
@@ -303,7 +303,7 @@ void PreparedOptimizer::step_optimizer() {
 }
 
 void PreparedOptimizer::zero_grad(bool set_to_none) {
-  if (!state_->sync_gradients) {
+  if (!state_->gradient.sync_gradients) {
     return;
   }
   state_->strategy->zero_grad(entry(), set_to_none);
@@ -326,7 +326,7 @@ bool PreparedScheduler::should_step() const {
   if (!st.options.step_scheduler_with_optimizer) {
     return true;
   }
-  if (!st.sync_gradients) {
+  if (!st.gradient.sync_gradients) {
     return false;
   }
   for (const auto& entry : st.optimizers) {
@@ -346,7 +346,7 @@ void PreparedScheduler::step() {
   // with split_batches a step consumed one batch, so it advances once.
   const bool per_process =
       state_->options.step_scheduler_with_optimizer && !state_->split_batches;
-  const int64_t times = per_process ? state_->num_processes : 1;
+  const int64_t times = per_process ? state_->process.num_processes : 1;
   for (int64_t i = 0; i < times; ++i) {
     scheduler_->step();
   }

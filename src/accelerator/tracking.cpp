@@ -25,7 +25,7 @@ double wall_time_now() {
 void log_to_trackers(
     AcceleratorState& state, const track::Metrics& metrics, int64_t step) {
   const double now = wall_time_now();
-  for (auto& tracker : state.trackers) {
+  for (auto& tracker : state.tracking.trackers) {
     tracker->log(metrics, step, now);
   }
 }
@@ -50,13 +50,13 @@ void Accelerator::init_trackers(
         "init_trackers needs a project name usable as a folder name, got '" +
             project_name + "'. Use letters, digits, '-' or '_'.");
   }
-  if (!st.trackers.empty()) {
+  if (!st.tracking.trackers.empty()) {
     throw UsageError(
         component::kAccelerator,
-        "init_trackers was already called for " + st.run_dir +
+        "init_trackers was already called for " + st.tracking.run_dir +
             ". Call it once per run, or end_training() first.");
   }
-  st.run_dir =
+  st.tracking.run_dir =
       (std::filesystem::path(st.options.project_dir) / project_name).string();
   track::RunConfig run_config;
   for (const auto& row : st.options.rows) {
@@ -67,30 +67,31 @@ void Accelerator::init_trackers(
   }
   if (is_main_process()) {
     for (const auto& name : st.options.log_with) {
-      st.trackers.push_back(track::make_tracker(name, st.run_dir, run_config));
+      st.tracking.trackers.push_back(
+          track::make_tracker(name, st.tracking.run_dir, run_config));
     }
   }
   for (const auto& tracker : st.options.trackers) {
     if (is_main_process() || !tracker->main_process_only()) {
       tracker->store_init_configuration(run_config);
-      st.trackers.push_back(tracker);
+      st.tracking.trackers.push_back(tracker);
     }
   }
-  st.last_log_time = std::chrono::steady_clock::now();
-  st.samples_since_log = 0;
+  st.tracking.last_log_time = std::chrono::steady_clock::now();
+  st.tracking.samples_since_log = 0;
 }
 
 void Accelerator::log(
     const track::Metrics& metrics, std::optional<int64_t> step) {
   detail::log_to_trackers(
-      *state_, metrics, step.value_or(state_->optimizer_steps));
+      *state_, metrics, step.value_or(state_->tracking.optimizer_steps));
 }
 
 void Accelerator::end_training() {
-  for (auto& tracker : state_->trackers) {
+  for (auto& tracker : state_->tracking.trackers) {
     tracker->finish();
   }
-  state_->trackers.clear();
+  state_->tracking.trackers.clear();
 }
 
 diag::Profiler Accelerator::profile() const {
@@ -100,7 +101,7 @@ diag::Profiler Accelerator::profile() const {
 }
 
 const std::string& Accelerator::run_dir() const {
-  return state_->run_dir;
+  return state_->tracking.run_dir;
 }
 
 }  // namespace ampkit

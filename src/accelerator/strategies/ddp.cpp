@@ -18,7 +18,7 @@ void DdpStrategy::setup_module(AcceleratorState& st, ModelEntry& model) {
     compression = to_dtype(r.gradient_compression);
   }
   model.synchronizer = std::make_unique<dist::GradientSynchronizer>(
-      st.group,
+      st.process.group,
       std::move(params),
       model.module->buffers(),
       dist::SyncOptions()
@@ -34,7 +34,7 @@ void DdpStrategy::setup_module(AcceleratorState& st, ModelEntry& model) {
 
 void DdpStrategy::before_forward(AcceleratorState& st, ModelEntry& model) {
   if (model.synchronizer) {
-    model.synchronizer->before_forward(st.synchronising());
+    model.synchronizer->before_forward(st.gradient.synchronising());
   }
 }
 
@@ -43,7 +43,7 @@ void DdpStrategy::after_forward(
     ModelEntry& model,
     const std::vector<at::Tensor>& outputs) {
   if (model.synchronizer) {
-    model.synchronizer->after_forward(outputs, st.synchronising());
+    model.synchronizer->after_forward(outputs, st.gradient.synchronising());
   }
 }
 

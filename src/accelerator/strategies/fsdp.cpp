@@ -29,21 +29,22 @@ class FsdpStrategy : public Strategy {
         fsdp.strategy() != dist::ShardingStrategy::no_shard) {
       const auto low = st.autocast->dtype();
       fsdp.param_dtype(low);
-      if (!fsdp.reduce_dtype() && st.group && !st.group->can_sum(low)) {
+      if (!fsdp.reduce_dtype() && st.process.group &&
+          !st.process.group->can_sum(low)) {
         // Gloo in LibTorch 1.13 has no bf16 sum: the gradients are
         // reduced in fp32 (gathers still move bf16, as bytes).
-        reduce_note = std::string(", reduced in Float (") +
-                      st.group->backend() + " in this LibTorch cannot sum " +
-                      c10::toString(low) + ")";
+        reduce_note =
+            std::string(", reduced in Float (") + st.process.group->backend() +
+            " in this LibTorch cannot sum " + c10::toString(low) + ")";
       } else if (!fsdp.reduce_dtype()) {
         fsdp.reduce_dtype(low);
       }
     }
     model.fsdp = st.collective("FSDP sharding of the model", [&] {
       return std::make_shared<dist::FullyShardedModel>(
-          model.module, st.group, fsdp);
+          model.module, st.process.group, fsdp);
     });
-    if (st.process_index == 0 && !st.options.quiet) {
+    if (st.process.process_index == 0 && !st.options.quiet) {
       const auto names = model.fsdp->unit_names();
       std::cerr << "ampkit: FSDP "
                 << dist::to_string(st.options.fsdp->strategy()) << ", "
@@ -94,7 +95,7 @@ class FsdpStrategy : public Strategy {
   void before_forward(AcceleratorState& st, ModelEntry& model) override {
     if (model.fsdp) {
       st.collective("FSDP parameter all-gather", [&] {
-        model.fsdp->before_forward(st.synchronising());
+        model.fsdp->before_forward(st.gradient.synchronising());
       });
     }
   }
@@ -330,7 +331,7 @@ class FsdpStrategy : public Strategy {
       const PreparedOptimizerEntry&) const override {
     checkpoint::Manifest::Partition p;
     p.zero_stage = 3;
-    for (int64_t r = 0; r <= st.num_processes; ++r) {
+    for (int64_t r = 0; r <= st.process.num_processes; ++r) {
       p.boundaries.push_back(r);
     }
     return p;

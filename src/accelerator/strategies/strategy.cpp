@@ -127,8 +127,8 @@ void Strategy::load_repartitioned(
 void Strategy::check_accelerate_format(const AcceleratorState&, bool) const {}
 
 void agree_on_found_inf(AcceleratorState& st) {
-  if (st.scaler && st.group) {
-    auto group = st.group;
+  if (st.scaler && st.process.group) {
+    auto group = st.process.group;
     st.scaler->set_found_inf_combiner([group](torch::Tensor& found_inf) {
       group->all_reduce(found_inf, dist::ReduceOp::max);
     });

@@ -16,7 +16,7 @@ namespace {
 class ZeroStrategy : public DdpStrategy {
  public:
   void setup_module(AcceleratorState& st, ModelEntry& model) override {
-    if (st.group) {
+    if (st.process.group) {
       DdpStrategy::setup_module(st, model);
     }
   }
@@ -24,7 +24,7 @@ class ZeroStrategy : public DdpStrategy {
       AcceleratorState& st, PreparedOptimizerEntry& entry) override {
     entry.sharded = std::make_shared<optim::ShardedOptimizer>(
         *entry.optimizer,
-        st.group,
+        st.process.group,
         st.options.zero_stage,
         // Under one byte (bucket_cap_mb is only checked positive): one
         // parameter per bucket, as DDP takes it.
@@ -33,7 +33,7 @@ class ZeroStrategy : public DdpStrategy {
     agree_on_found_inf(st);
   }
   void before_backward(AcceleratorState& st) override {
-    if (!st.synchronising()) {
+    if (!st.gradient.synchronising()) {
       return;
     }
     for (auto& entry : st.optimizers) {
@@ -91,14 +91,14 @@ class ZeroStrategy : public DdpStrategy {
     for (const auto& g : grads.shards) {
       add(g);
     }
-    if (st.process_index == 0 || inf) {
+    if (st.process.process_index == 0 || inf) {
       for (const auto& g : grads.replicated) {
         add(g);
       }
     }
-    if (st.group) {
+    if (st.process.group) {
       st.collective("clip_grad_norm_ (norm across shards)", [&] {
-        st.group->all_reduce(
+        st.process.group->all_reduce(
             local, inf ? dist::ReduceOp::max : dist::ReduceOp::sum);
       });
     }
@@ -195,7 +195,7 @@ class ZeroStrategy : public DdpStrategy {
 
   void after_backward(AcceleratorState& st) override {
     DdpStrategy::after_backward(st);
-    if (!st.synchronising()) {
+    if (!st.gradient.synchronising()) {
       return;
     }
     for (auto& entry : st.optimizers) {
