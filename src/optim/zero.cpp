@@ -559,12 +559,7 @@ void ShardedOptimizer::load_resplit(
   const int64_t end = boundaries_[rank_ + 1];
   // Per group: each tensor field's parts within [begin, end) in flat order,
   // the other fields, and a state to copy the type from.
-  struct Found {
-    std::map<std::string, std::vector<torch::Tensor>> parts;
-    std::map<std::string, c10::IValue> values;
-    std::unique_ptr<torch::optim::OptimizerParamState> like;
-  };
-  std::vector<Found> found(groups.size());
+  std::vector<ampkit::detail::JoinedState> found(groups.size());
   auto restore = [&] {
     for (size_t g = 0; g < groups.size(); ++g) {
       groups[g].params() = {mine[g]};
@@ -606,35 +601,28 @@ void ShardedOptimizer::load_resplit(
         // group's slice lies wholly before or after it).
         const int64_t from = std::clamp(begin - starts[g], int64_t{0}, length);
         const int64_t to = std::clamp(end - starts[g], from, length);
-        for (auto& [key, value] : ampkit::detail::state_fields(*it->second)) {
-          if (value.isTensor()) {
-            const auto& t = value.toTensor();
-            if (t.numel() != length) {
-              throw InvalidArgument(
-                  component::kZero,
-                  "saved shard " + std::to_string(q) + "'s '" + key +
-                      "' of param group " + std::to_string(g) + " has " +
-                      std::to_string(t.numel()) + " elements, its slice " +
-                      std::to_string(length) +
-                      ". Resume with the optimizer it was saved with.");
-            }
-            found[g].parts[key].push_back(
-                t.reshape({-1}).narrow(0, from, to - from));
-            continue;
-          }
-          auto [known, fresh] = found[g].values.emplace(key, value);
-          if (!fresh && !ampkit::detail::same_field(known->second, value)) {
-            throw InvalidArgument(
-                component::kZero,
-                "the saved shards disagree on '" + key + "' of param group " +
-                    std::to_string(g) + " (shard " + std::to_string(q) +
-                    " differs from the one before), so they cannot be "
-                    "joined. Resume with the number of processes they were "
-                    "saved by.");
-          }
-        }
-        if (!found[g].like) {
-          found[g].like = it->second->clone();
+        const auto differs = found[g].add(
+            *it->second, [&](const std::string& key, const torch::Tensor& t) {
+              if (t.numel() != length) {
+                throw InvalidArgument(
+                    component::kZero,
+                    "saved shard " + std::to_string(q) + "'s '" + key +
+                        "' of param group " + std::to_string(g) + " has " +
+                        std::to_string(t.numel()) + " elements, its slice " +
+                        std::to_string(length) +
+                        ". Resume with the optimizer it was saved with.");
+              }
+              return t.reshape({-1}).narrow(0, from, to - from);
+            });
+        if (differs) {
+          throw InvalidArgument(
+              component::kZero,
+              "the saved shards disagree on '" + *differs +
+                  "' of param group " + std::to_string(g) + " (shard " +
+                  std::to_string(q) +
+                  " differs from the one before), so they cannot be "
+                  "joined. Resume with the number of processes they were "
+                  "saved by.");
         }
       }
     }

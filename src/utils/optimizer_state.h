@@ -10,8 +10,10 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -71,5 +73,39 @@ inline bool same_field(const c10::IValue& a, const c10::IValue& b) {
   }
   return a == b;
 }
+
+/// One parameter's optimizer state joined from saved shards (ZeRO's and
+/// FSDP's re-split on another process count): each tensor field's parts in
+/// the order the shards were added, the other fields (step counts, which
+/// every shard must agree on), and a saved state to copy the type from.
+struct JoinedState {
+  std::map<std::string, std::vector<at::Tensor>> parts;
+  std::map<std::string, c10::IValue> values;
+  std::unique_ptr<torch::optim::OptimizerParamState> like;
+
+  /// Adds one shard's state: of each tensor field the part `part(key,
+  /// tensor)` returns, each other field as it is. Returns the key of a
+  /// field that differs from an earlier shard's (the caller says why that
+  /// cannot be joined), or nothing.
+  std::optional<std::string> add(
+      const torch::optim::OptimizerParamState& state,
+      const std::function<at::Tensor(const std::string&, const at::Tensor&)>&
+          part) {
+    for (auto& [key, value] : state_fields(state)) {
+      if (value.isTensor()) {
+        parts[key].push_back(part(key, value.toTensor()));
+        continue;
+      }
+      auto [known, fresh] = values.emplace(key, value);
+      if (!fresh && !same_field(known->second, value)) {
+        return key;
+      }
+    }
+    if (!like) {
+      like = state.clone();
+    }
+    return std::nullopt;
+  }
+};
 
 }  // namespace ampkit::detail

@@ -149,12 +149,7 @@ void FullyShardedModel::load_resharded(
   }
   // Per shard: each tensor field's saved parts in process order, the
   // other fields, and a state to copy the type from.
-  struct Found {
-    std::map<std::string, std::vector<torch::Tensor>> parts;
-    std::map<std::string, c10::IValue> values;
-    std::unique_ptr<torch::optim::OptimizerParamState> like;
-  };
-  std::vector<std::vector<Found>> found(groups.size());
+  std::vector<std::vector<ampkit::detail::JoinedState>> found(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     found[g].resize(mine[g].size());
   }
@@ -191,22 +186,15 @@ void FullyShardedModel::load_resharded(
           if (it == optimizer.state().end()) {
             continue;
           }
-          Found& to = found[g][k];
-          for (auto& [key, value] : ampkit::detail::state_fields(*it->second)) {
-            if (value.isTensor()) {
-              to.parts[key].push_back(value.toTensor().reshape({-1}));
-              continue;
-            }
-            auto [known, fresh] = to.values.emplace(key, value);
-            if (!fresh && !ampkit::detail::same_field(known->second, value)) {
-              fail(
-                  "disagrees on '" + key + "' of param_groups[" +
-                  std::to_string(g) + "][" + std::to_string(k) +
-                  "] between processes");
-            }
-          }
-          if (!to.like) {
-            to.like = it->second->clone();
+          const auto differs = found[g][k].add(
+              *it->second, [](const std::string&, const torch::Tensor& t) {
+                return t.reshape({-1});
+              });
+          if (differs) {
+            fail(
+                "disagrees on '" + *differs + "' of param_groups[" +
+                std::to_string(g) + "][" + std::to_string(k) +
+                "] between processes");
           }
         }
       }
@@ -214,7 +202,7 @@ void FullyShardedModel::load_resharded(
     restore();
     for (size_t g = 0; g < groups.size(); ++g) {
       for (size_t k = 0; k < mine[g].size(); ++k) {
-        Found& from = found[g][k];
+        ampkit::detail::JoinedState& from = found[g][k];
         if (!from.like) {
           continue;  // no state saved (the parameter never stepped)
         }
