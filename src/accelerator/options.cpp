@@ -216,15 +216,11 @@ std::optional<dist::FsdpOptions> env_fsdp(const EnvLookup& env) {
       upper(env("FSDP_AUTO_WRAP_POLICY").value_or("NO_WRAP"));
   if (policy == "TRANSFORMER_BASED_WRAP") {
     std::vector<std::string> types;
-    const std::string names = env("FSDP_TRANSFORMER_CLS_TO_WRAP").value_or("");
-    size_t start = 0;
-    while (start <= names.size()) {
-      const size_t comma = std::min(names.find(',', start), names.size());
-      std::string name = names.substr(start, comma - start);
+    for (const std::string& name :
+         detail::split(env("FSDP_TRANSFORMER_CLS_TO_WRAP").value_or(""), ',')) {
       if (!name.empty()) {
         types.push_back(name);
       }
-      start = comma + 1;
     }
     if (types.empty()) {
       throw InvalidArgument(

@@ -2,14 +2,12 @@
 // in its order, for the settings ampkit acts on; one answer per line so that
 // answers can be piped.
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <istream>
 #include <optional>
 #include <ostream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ampkit/config/config.h"
@@ -22,23 +20,14 @@ using ampkit::detail::exact_number;
 using ampkit::detail::lower;
 using ampkit::detail::parse_double;
 using ampkit::detail::parse_int;
+using ampkit::detail::split;
+using ampkit::detail::trim;
 
 namespace ampkit::config {
 
 namespace {
 
 constexpr int64_t kDefaultPort = 29500;
-
-std::string trim(std::string_view text) {
-  const auto is_space = [](unsigned char c) { return std::isspace(c) != 0; };
-  while (!text.empty() && is_space(text.front())) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && is_space(text.back())) {
-    text.remove_suffix(1);
-  }
-  return std::string(text);
-}
 
 std::optional<bool> parse_bool(const std::string& text) {
   const std::string value = lower(text);
@@ -200,16 +189,12 @@ std::optional<std::string> parse_gpu_ids(const std::string& answer) {
     return std::string("all");
   }
   std::string ids;
-  size_t start = 0;
-  while (start <= answer.size()) {
-    const size_t comma = std::min(answer.find(',', start), answer.size());
-    const std::string id = trim(answer.substr(start, comma - start));
-    const auto value = parse_int(id);
+  for (const std::string& piece : split(answer, ',')) {
+    const auto value = parse_int(trim(piece));
     if (!value || *value < 0) {
       return std::nullopt;
     }
     ids += (ids.empty() ? "" : ",") + std::to_string(*value);
-    start = comma + 1;
   }
   return ids;
 }

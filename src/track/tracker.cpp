@@ -8,12 +8,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "ampkit/error.h"
 #include "ampkit/track/tensorboard.h"
 #include "track/run_dir.h"
 #include "utils/components.h"
+#include "utils/strings.h"
 #include "utils/write_failure.h"
 
 namespace ampkit::detail {
@@ -166,11 +166,8 @@ class CsvTracker : public FileTracker {
 std::vector<std::string> parse_log_with(const std::string& log_with) {
   const std::vector<std::string> all = {"jsonl", "csv", "tensorboard"};
   std::vector<std::string> names;
-  std::stringstream in(log_with);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
+  for (const std::string& piece : ampkit::detail::split(log_with, ',')) {
+    const std::string item = ampkit::detail::trim(piece, " \t");
     if (item.empty()) {
       continue;
     }

@@ -1,4 +1,5 @@
-// String helpers shared by every layer: case folding, joining, numbers
+// String helpers shared by every layer: case folding, trimming, splitting,
+// joining, numbers
 // printed so that they read back exactly, and whole-string number parsing
 // with range checks (std::from_chars: no locale, no exceptions, no partial
 // matches such as "12abc" or " 3").
@@ -16,6 +17,33 @@
 #include <vector>
 
 namespace ampkit::detail {
+
+/// `text` without the leading and trailing characters in `chars` (by
+/// default whitespace, as std::isspace has it).
+inline std::string trim(
+    std::string_view text, std::string_view chars = " \t\n\v\f\r") {
+  const size_t first = text.find_first_not_of(chars);
+  if (first == std::string_view::npos) {
+    return std::string();
+  }
+  const size_t last = text.find_last_not_of(chars);
+  return std::string(text.substr(first, last - first + 1));
+}
+
+/// The pieces of `text` between the `separator`s, empty ones included, as
+/// Python's str.split(sep): "a,,b" is {"a", "", "b"}, "" is {""}.
+inline std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> pieces;
+  size_t start = 0;
+  while (true) {
+    const size_t at = text.find(separator, start);
+    pieces.emplace_back(text.substr(start, at - start));
+    if (at == std::string_view::npos) {
+      return pieces;
+    }
+    start = at + 1;
+  }
+}
 
 /// ASCII lower case.
 inline std::string lower(std::string text) {

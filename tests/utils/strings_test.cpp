@@ -52,5 +52,20 @@ TEST(StringsTest, LowerAndJoin) {
   EXPECT_EQ(join({}, ", "), "");
 }
 
+// As Python's str.split(sep) and str.strip(chars): the config answers
+// ("0, 1" for gpu_ids), log_with lists and FSDP's class lists go through
+// them, and an empty piece is kept for the caller to refuse or skip.
+TEST(StringsTest, SplitKeepsEmptyPiecesAndTrimStripsBothEnds) {
+  using Pieces = std::vector<std::string>;
+  EXPECT_EQ(split("a,b", ','), (Pieces{"a", "b"}));
+  EXPECT_EQ(split("a,,b", ','), (Pieces{"a", "", "b"}));
+  EXPECT_EQ(split("a,", ','), (Pieces{"a", ""}));
+  EXPECT_EQ(split("", ','), (Pieces{""}));
+  EXPECT_EQ(trim("  0 \t\n"), "0");
+  EXPECT_EQ(trim(" \t "), "");
+  EXPECT_EQ(trim("\"jsonl\" ", " \""), "jsonl");
+  EXPECT_EQ(trim(" a b "), "a b");
+}
+
 }  // namespace
 }  // namespace ampkit::detail
