@@ -315,11 +315,11 @@ class OptimizersItem final : public CheckpointItem {
       }
     }
     const c10::Device device = detail::device(st);
-    return [&st, saved, device, dir = in.dir] {
+    return [&st, saved, device, in] {
       for (size_t i = 0; i < st.optimizers.size(); ++i) {
         const Saved& one = (*saved)[i];
         auto load = [&](size_t k) {
-          const std::string path = (fs::path(dir) / one.names[k]).string();
+          const std::string path = in.path(one.names[k]);
           read_archive(one.bytes[k], path, device, [&](auto& a) {
             try {
               st.optimizers[i].optimizer->load(a);
@@ -419,10 +419,9 @@ class LoadersItem final : public CheckpointItem {
     for (size_t i = 0; i < st.checkpoints.loaders.size(); ++i) {
       bytes->push_back(in.read(indexed("sampler", i, ".bin")));
     }
-    return [&st, bytes, dir = in.dir] {
+    return [&st, bytes, in] {
       for (size_t i = 0; i < st.checkpoints.loaders.size(); ++i) {
-        const std::string path =
-            (fs::path(dir) / indexed("sampler", i, ".bin")).string();
+        const std::string path = in.path(indexed("sampler", i, ".bin"));
         read_archive((*bytes)[i], path, torch::kCPU, [&](auto& a) {
           st.checkpoints.loaders[i]->sampler.load(a);
         });

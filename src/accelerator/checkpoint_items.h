@@ -66,7 +66,8 @@ class CheckpointItem {
   virtual void check(
       const AcceleratorState& st, const CheckpointReader& in) const;
   /// Reads and checks the item's files, changing nothing; returns what
-  /// sets the state from them.
+  /// sets the state from them (run before load_state returns, so it may
+  /// keep a copy of `in`).
   virtual std::function<void()> read(
       AcceleratorState& st, const CheckpointReader& in) const = 0;
 };
